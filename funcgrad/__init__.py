@@ -1,0 +1,14 @@
+"""funcgrad: JAX-style function transformations (grad, jit, vmap) over numpy and numba.cuda."""
+from . import core as _core
+from .backends.cpu import CpuBackend as _CpuBackend
+
+_core.register_backend("cpu", _CpuBackend)
+
+from . import numpy  # noqa: E402,F401  (installs the Array operators)
+from . import lax, nn, tree_util  # noqa: E402,F401
+from .ad import grad, jvp, linearize, stop_gradient, value_and_grad, vjp  # noqa: E402,F401
+from .api import (default_backend, device_get, device_put, devices,  # noqa: E402,F401
+                  make_jaxpr)
+from .core import Array, ClosedExpr, ConcretizationError, Expr, ShapeError  # noqa: E402,F401
+
+__version__ = "0.1.0"

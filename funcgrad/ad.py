@@ -1,0 +1,351 @@
+"""Automatic differentiation: vjp/grad (backward equations) and jvp (forward tangents)."""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from . import prims
+from .core import (FuncgradError, Lit, ShapedArray, Tracer, aval_of, bind, eval_expr,
+                   is_float, source_info, trace_to_expr, user_frame_src)
+from .tree_util import tree_flatten, tree_map, tree_structure, tree_unflatten
+
+
+def _flat_fun(f, in_tree, out_store):
+    """f over flat leaves; the output pytree structure goes to out_store[0]."""
+    def flat(*leaves):
+        out = f(*tree_unflatten(in_tree, list(leaves)))
+        out_leaves, out_tree = tree_flatten(out)
+        out_store[0] = out_tree
+        return [_as_value(o) for o in out_leaves]
+    return flat
+
+
+def _as_value(x):
+    if isinstance(x, (Tracer,)) or hasattr(x, "aval"):
+        return x
+    from . import numpy as fnp
+    return fnp.asarray(x)
+
+
+def _avals(leaves):
+    return [aval_of(x) for x in leaves]
+
+
+def trace_flat(f, args: Sequence, kwargs=None):
+    """Trace f(*args) with abstract leaves: (expr, consts, in_leaves, out_tree)."""
+    in_leaves, in_tree = tree_flatten(tuple(args))
+    in_leaves = [_as_value(x) for x in in_leaves]
+    store = [None]
+    expr, consts, _ = trace_to_expr(_flat_fun(lambda *a: f(*a), in_tree, store), _avals(in_leaves))
+    return expr, consts, in_leaves, store[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# vjp
+# ---------------------------------------------------------------------------------------------
+
+def _forward(expr, consts, args):
+    """Evaluate expr, keeping every intermediate value and which ones depend on the inputs."""
+    env = {}
+    active = set()
+    for v, x in zip(expr.in_binders, list(consts) + list(args)):
+        env[v] = x
+    for v in expr.in_binders[expr.n_consts:]:
+        if is_float(v.aval.dtype):
+            active.add(v)
+
+    def read(x):
+        return x.val if isinstance(x, Lit) else env[x]
+
+    for e in expr.eqns:
+        with source_info(e.src):
+            env[e.out] = bind(e.prim, *[read(x) for x in e.inputs], **e.params)
+        if is_float(e.out.aval.dtype) and any(x in active for x in e.inputs
+                                              if not isinstance(x, Lit)):
+            active.add(e.out)
+    return env, active, read
+
+
+def backward_pass(expr, env, active, read, cts_out):
+    """Walk the equations backwards, applying each primitive's vjp rule; None means zero."""
+    ct_env: dict = {}
+    for o, ct in zip(expr.outs, cts_out):
+        if ct is not None and o in active:
+            ct_env[o] = prims.add_any(ct_env.get(o), ct)
+    for e in reversed(expr.eqns):
+        ct = ct_env.pop(e.out, None)
+        if ct is None:
+            continue
+        if e.prim.vjp is None:
+            raise NotImplementedError(f"differentiation rule for {e.prim.name} is not defined")
+        xs = [read(x) for x in e.inputs]
+        with source_info(e.src + f" (backward of {e.prim.name})"):
+            in_cts = e.prim.vjp(ct, *xs, out=env[e.out], **e.params)
+        for x, c in zip(e.inputs, in_cts):
+            if c is not None and not isinstance(x, Lit) and x in active:
+                ct_env[x] = prims.add_any(ct_env.get(x), c)
+    return [ct_env.get(v) for v in expr.in_binders[expr.n_consts:]]
+
+
+def _zeros_like_leaf(x):
+    from . import numpy as fnp
+    return fnp.zeros(np.shape(x) if not hasattr(x, "aval") else x.aval.shape,
+                     x.aval.dtype if hasattr(x, "aval") else np.asarray(x).dtype)
+
+
+def vjp(fun: Callable, *primals, has_aux: bool = False):
+    """Evaluate `fun` and return a function computing vector-Jacobian products.
+
+    Args:
+        fun: function of pytrees of arrays returning a pytree of arrays (or (out, aux)).
+        *primals: the point at which to differentiate.
+        has_aux: whether fun returns a pair (output, auxiliary data not differentiated).
+
+    Returns:
+        (primals_out, vjp_fn) or (primals_out, vjp_fn, aux); vjp_fn(cotangents) returns a
+        tuple with one cotangent pytree per primal.
+
+    Example:
+        >>> import funcgrad, funcgrad.numpy as fnp
+        >>> y, f_vjp = funcgrad.vjp(fnp.sin, 0.0)
+        >>> float(f_vjp(fnp.float32(1.0))[0])
+        1.0
+    """
+    in_leaves, in_tree = tree_flatten(tuple(primals))
+    in_leaves = [_as_value(x) for x in in_leaves]
+    store = [None]
+
+    def flat(*leaves):
+        out = fun(*tree_unflatten(in_tree, list(leaves)))
+        if has_aux:
+            if not (isinstance(out, tuple) and len(out) == 2):
+                raise TypeError("has_aux=True requires fun to return a pair (output, aux)")
+            out, aux = out
+            aux_leaves, aux_tree = tree_flatten(aux)
+            store.append((aux_tree, len(aux_leaves)))
+            out_leaves, out_tree = tree_flatten(out)
+            store[0] = out_tree
+            return [_as_value(o) for o in out_leaves] + [_as_value(a) for a in aux_leaves]
+        out_leaves, out_tree = tree_flatten(out)
+        store[0] = out_tree
+        return [_as_value(o) for o in out_leaves]
+
+    expr, consts, _ = trace_to_expr(flat, _avals(in_leaves))
+    env, active, read = _forward(expr, consts, in_leaves)
+    outs = [read(o) for o in expr.outs]
+    out_tree = store[0]
+    aux = None
+    if has_aux:
+        aux_tree, n_aux = store[1]
+        outs, aux_leaves = outs[:len(outs) - n_aux], outs[len(outs) - n_aux:]
+        aux = tree_unflatten(aux_tree, aux_leaves)
+    n_out = len(outs)
+
+    def vjp_fn(cotangents):
+        ct_leaves, ct_tree = tree_flatten(cotangents)
+        if ct_tree != out_tree:
+            raise TypeError(f"vjp: cotangent structure {ct_tree} does not match the output "
+                            f"structure {out_tree}")
+        cts = []
+        for c, o in zip(ct_leaves, outs):
+            c = _as_value(c)
+            if tuple(c.shape) != tuple(o.shape):
+                raise ValueError(f"vjp: cotangent shape {c.aval.str_short()} does not match "
+                                 f"the output {o.aval.str_short()}\n  at {user_frame_src()}")
+            cts.append(c if c.dtype == o.dtype else prims.convert(c, o.dtype))
+        flat_cts = backward_pass(expr, env, active, read, cts + [None] * (len(expr.outs) - n_out))
+        res = [c if c is not None else _zeros_like_leaf(x) for c, x in zip(flat_cts, in_leaves)]
+        return tree_unflatten(in_tree, res)
+
+    out = tree_unflatten(out_tree, outs)
+    return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
+
+
+def _check_grad_inputs(name, args, argnums, allow_int):
+    for i in argnums:
+        if i >= len(args):
+            raise TypeError(f"{name}: argnums={i} but the function got {len(args)} positional "
+                            "arguments")
+        for leaf in tree_flatten(args[i])[0]:
+            dt = aval_of(_as_value(leaf)).dtype
+            if not is_float(dt) and not allow_int:
+                raise TypeError(
+                    f"{name} requires real-valued (floating point) inputs, but argument {i} "
+                    f"has a leaf of dtype {dt.name}. To differentiate with respect to integer "
+                    f"inputs, use vjp or set allow_int=True.\n  at {user_frame_src()}")
+
+
+def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
+                   allow_int: bool = False) -> Callable:
+    """Function returning fun's value and its gradient with respect to `argnums`.
+
+    Args:
+        fun: function returning a scalar float (or (scalar, aux) when has_aux).
+        argnums: which positional argument(s) to differentiate: an int or a tuple of ints.
+        has_aux: whether fun returns (value, aux).
+        allow_int: permit integer inputs (their gradient is zero).
+
+    Returns:
+        A function returning (value, grad) or ((value, aux), grad); grad mirrors the argument
+        pytree (a tuple of them when argnums is a tuple).
+
+    Example:
+        >>> import funcgrad, funcgrad.numpy as fnp
+        >>> v, g = funcgrad.value_and_grad(lambda w: (w ** 2).sum())(fnp.array([1., 2.]))
+        >>> g.tolist()
+        [2.0, 4.0]
+    """
+    multi = not isinstance(argnums, int)
+    nums = tuple(argnums) if multi else (argnums,)
+
+    @functools.wraps(fun)
+    def wrapped(*args, **kwargs):
+        _check_grad_inputs("grad", args, nums, allow_int)
+        dyn = [args[i] for i in nums]
+
+        def f_dyn(*d):
+            full = list(args)
+            for i, v in zip(nums, d):
+                full[i] = v
+            return fun(*full, **kwargs)
+
+        res = vjp(f_dyn, *dyn, has_aux=has_aux)
+        out, f_vjp = res[0], res[1]
+        leaves = tree_flatten(out)[0]
+        if len(leaves) != 1 or tuple(aval_of(leaves[0]).shape) != ():
+            shapes = [tuple(aval_of(x).shape) for x in leaves]
+            raise TypeError(f"grad requires a scalar output, got "
+                            f"{shapes[0] if len(shapes) == 1 else shapes}\n  at "
+                            f"{user_frame_src()}")
+        if not is_float(aval_of(leaves[0]).dtype):
+            raise TypeError(f"grad requires a real-valued (float) output, got "
+                            f"{aval_of(leaves[0]).dtype.name}\n  at {user_frame_src()}")
+        g = f_vjp(tree_unflatten(tree_structure(out), [prims.full_like(leaves[0], 1.0)]))
+        g = g if multi else g[0]
+        return ((out, res[2]), g) if has_aux else (out, g)
+
+    return wrapped
+
+
+def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
+         allow_int: bool = False) -> Callable:
+    """Gradient of a scalar-valued function, as a new function.
+
+    Example:
+        >>> import funcgrad, funcgrad.numpy as fnp
+        >>> float(funcgrad.grad(fnp.tanh)(0.0))
+        1.0
+        >>> float(funcgrad.grad(funcgrad.grad(lambda x: x ** 3))(2.0))
+        12.0
+    """
+    vg = value_and_grad(fun, argnums, has_aux, allow_int)
+
+    @functools.wraps(fun)
+    def wrapped(*args, **kwargs):
+        (out, g) = vg(*args, **kwargs)
+        return (g, out[1]) if has_aux else g
+
+    return wrapped
+
+
+# ---------------------------------------------------------------------------------------------
+# jvp
+# ---------------------------------------------------------------------------------------------
+
+def jvp_expr_eval(expr, consts, primals, tangents):
+    """Evaluate expr on primals while pushing tangents (None = zero) through jvp rules."""
+    env, tenv = {}, {}
+    for v, x in zip(expr.in_binders, list(consts) + list(primals)):
+        env[v] = x
+    for v, t in zip(expr.in_binders[expr.n_consts:], tangents):
+        tenv[v] = t
+
+    def read(x):
+        return x.val if isinstance(x, Lit) else env[x]
+
+    for e in expr.eqns:
+        xs = [read(x) for x in e.inputs]
+        with source_info(e.src):
+            out = env[e.out] = bind(e.prim, *xs, **e.params)
+            ts = [None if isinstance(x, Lit) else tenv.get(x) for x in e.inputs]
+            if any(t is not None for t in ts):
+                if e.prim.jvp is None:
+                    raise NotImplementedError(f"jvp rule for {e.prim.name} is not defined")
+                tenv[e.out] = e.prim.jvp(ts, xs, out=out, **e.params)
+    return [read(o) for o in expr.outs], [None if isinstance(o, Lit) else tenv.get(o)
+                                          for o in expr.outs]
+
+
+def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = False):
+    """Jacobian-vector product: (fun(*primals), d fun(primals)[tangents]).
+
+    Args:
+        fun: function of pytrees of arrays.
+        primals: tuple/list of arguments.
+        tangents: tuple/list with the same structure, shapes and dtypes as primals.
+
+    Example:
+        >>> import funcgrad, funcgrad.numpy as fnp
+        >>> y, t = funcgrad.jvp(fnp.sin, (0.0,), (2.0,))
+        >>> float(t)
+        2.0
+    """
+    if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
+        raise TypeError("jvp: primals and tangents must be tuples or lists, got "
+                        f"{type(primals).__name__} and {type(tangents).__name__}")
+    p_leaves, p_tree = tree_flatten(tuple(primals))
+    t_leaves, t_tree = tree_flatten(tuple(tangents))
+    if p_tree != t_tree:
+        raise TypeError(f"jvp: primal and tangent arguments must have the same tree structure;"
+                        f" got {p_tree} and {t_tree}")
+    p_leaves = [_as_value(x) for x in p_leaves]
+    t_vals = []
+    for p, t in zip(p_leaves, t_leaves):
+        t = _as_value(t)
+        if isinstance(t, ShapedArray) or tuple(t.shape) != tuple(p.shape) or (
+                is_float(p.dtype) and t.dtype != p.dtype):
+            raise TypeError(f"jvp: primal and tangent arguments must have equal shapes and "
+                            f"dtypes; got primal {p.aval.str_short()} and tangent "
+                            f"{t.aval.str_short()}\n  at {user_frame_src()}")
+        t_vals.append(t if is_float(p.dtype) else None)
+    store = [None]
+    aux_store = []
+
+    def flat(*leaves):
+        out = fun(*tree_unflatten(p_tree, list(leaves)))
+        if has_aux:
+            out, aux = out
+            al, at = tree_flatten(aux)
+            aux_store.append((at, len(al)))
+            ol, ot = tree_flatten(out)
+            store[0] = ot
+            return [_as_value(o) for o in ol] + [_as_value(a) for a in al]
+        ol, ot = tree_flatten(out)
+        store[0] = ot
+        return [_as_value(o) for o in ol]
+
+    expr, consts, _ = trace_to_expr(flat, _avals(p_leaves))
+    outs, touts = jvp_expr_eval(expr, consts, p_leaves, t_vals)
+    touts = [t if t is not None else _zeros_like_leaf(o) for t, o in zip(touts, outs)]
+    if has_aux:
+        at, n = aux_store[0]
+        aux = tree_unflatten(at, outs[len(outs) - n:])
+        outs, touts = outs[:len(outs) - n], touts[:len(touts) - n]
+        return (tree_unflatten(store[0], outs), tree_unflatten(store[0], touts), aux)
+    return tree_unflatten(store[0], outs), tree_unflatten(store[0], touts)
+
+
+def stop_gradient(x: Any) -> Any:
+    """Identity whose derivative is zero, applied to every leaf of a pytree."""
+    return tree_map(lambda v: bind(prims.stop_gradient_p, _as_value(v)), x)
+
+
+def linearize(fun: Callable, *primals):
+    """(fun(*primals), f_jvp) where f_jvp(*tangents) evaluates the jvp at primals."""
+    out = fun(*primals)
+    return out, lambda *tangents: jvp(fun, primals, tangents)[1]
+
+
+_ = (Any, FuncgradError)

@@ -1,0 +1,1 @@
+"""Execution backends: cpu (numpy, always present) and cuda (funcgrad.cuda, loaded lazily)."""

@@ -1,0 +1,52 @@
+"""funcgrad.lax: direct access to primitives (JAX's lax names)."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import prims as P
+from .ad import stop_gradient  # noqa: F401
+from .core import bind
+
+
+def dot_general(lhs, rhs, dimension_numbers):
+    """Contract lhs and rhs: dimension_numbers = ((lhs_contract, rhs_contract),
+    (lhs_batch, rhs_batch)); output axes are batch, lhs free, rhs free."""
+    return P.dot_general(lhs, rhs, dimension_numbers)
+
+
+def broadcast_in_dim(operand, shape, broadcast_dimensions):
+    return P.broadcast_in_dim(operand, shape, broadcast_dimensions)
+
+
+def convert_element_type(operand, new_dtype):
+    return P.convert(operand, np.dtype(new_dtype))
+
+
+def iota(dtype, size):
+    return bind(P.iota_p, dtype=np.dtype(dtype), shape=(int(size),), dimension=0)
+
+
+def rsqrt(x):
+    return bind(P.rsqrt_p, x)
+
+
+def logistic(x):
+    return bind(P.logistic_p, x)
+
+
+def erf(x):
+    return bind(P.erf_p, x)
+
+
+def integer_pow(x, y: int):
+    return bind(P.integer_pow_p, x, y=int(y))
+
+
+def slice(operand, start_indices, limit_indices, strides=None):  # noqa: A001
+    strides = tuple(strides) if strides is not None else (1,) * len(start_indices)
+    return bind(P.slice_p, operand, start_indices=tuple(start_indices),
+                limit_indices=tuple(limit_indices), strides=strides)
+
+
+def select(pred, on_true, on_false):
+    return P.select(pred, on_true, on_false)

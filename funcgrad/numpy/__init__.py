@@ -1,0 +1,33 @@
+"""funcgrad.numpy: numpy's API (JAX's flavour) over traceable, differentiable arrays."""
+import sys as _sys
+
+import numpy as _np
+
+from .. import core as _core
+from ..core import ArrayBase as ndarray  # noqa: F401  (isinstance(x, fnp.ndarray))
+from ._base import (array, arange, asarray, bool_, broadcast_shapes, broadcast_to,  # noqa: F401
+                    canonical_dtype, empty, eye, float16, float32, float64, full, full_like,
+                    identity, int8, int32, int64, linspace, ndim, ones, ones_like, reshape,
+                    result_type, shape, size, stack, tril, triu, uint8, uint32, zeros,
+                    zeros_like)
+from ._indexing import _getitem, _IndexUpdateHelper  # noqa: F401
+from ._linalg import dot, einsum, inner, linalg, matmul, outer, tensordot, vdot  # noqa: F401
+from ._shape import (array_split, broadcast_arrays, concatenate, expand_dims, flip,  # noqa: F401
+                     fliplr, flipud, hstack, moveaxis, pad, ravel, repeat, split, squeeze,
+                     swapaxes, take, take_along_axis, tile, transpose, vstack)
+from ._ufuncs import (abs, absolute, add, all, amax, amin, any, argmax, argmin,  # noqa: F401
+                      around, bitwise_and, bitwise_not, bitwise_or, bitwise_xor, ceil, clip,
+                      cos, count_nonzero, divide, equal, exp, exp2, expm1, floor, floor_divide,
+                      fmod, greater, greater_equal, invert, isfinite, isinf, isnan, left_shift,
+                      less, less_equal, log, log1p, log2, log10, logaddexp, logical_and,
+                      logical_not, logical_or, logical_xor, max, maximum, mean, min, minimum,
+                      mod, multiply, negative, not_equal, power, prod, reciprocal, remainder,
+                      right_shift, round, sign, sin, sqrt, square, std, subtract, sum, tan, tanh,
+                      true_divide, trunc, var, where)
+
+pi, e, inf, nan, newaxis = _np.pi, _np.e, _np.inf, _np.nan, None
+dtype, finfo, iinfo, issubdtype = _np.dtype, _np.finfo, _np.iinfo, _np.issubdtype
+floating, integer, inexact, number, signedinteger, unsignedinteger = (
+    _np.floating, _np.integer, _np.inexact, _np.number, _np.signedinteger, _np.unsignedinteger)
+
+_core.set_numpy_api(_sys.modules[__name__])

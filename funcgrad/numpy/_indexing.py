@@ -1,0 +1,210 @@
+"""numpy indexing (ints, slices, None, Ellipsis, integer arrays) and `x.at[idx]` updates."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import prims as P
+from ..core import ArrayBase, Tracer, bind, is_int, type_error
+from ._base import asarray, broadcast_to, reshape
+from ._shape import checked_index, guard_index, transpose
+
+
+def _is_array_index(i):
+    return isinstance(i, (ArrayBase, np.ndarray, list)) and not isinstance(i, bool)
+
+
+def _normalize(x, idx):
+    """Expand Ellipsis, turn boolean masks into integer arrays and lists into arrays."""
+    if not isinstance(idx, tuple):
+        idx = (idx,)
+    out = []
+    for i in idx:
+        if isinstance(i, (list, np.ndarray)) or (isinstance(i, ArrayBase)):
+            arr = i if isinstance(i, ArrayBase) else np.asarray(i)
+            if arr.dtype == np.bool_:
+                if isinstance(arr, Tracer):
+                    raise IndexError("boolean-mask indexing needs a concrete mask (its output "
+                                     "shape depends on the data); use funcgrad.numpy.where")
+                out.extend(np.nonzero(np.asarray(arr)))
+                continue
+            if not is_int(arr.dtype) and arr.size:
+                raise IndexError(f"arrays used as indices must be integers, got {arr.dtype}")
+            out.append(arr.astype(np.int32) if isinstance(arr, np.ndarray) and arr.size == 0
+                       else arr)
+        elif isinstance(i, (bool, np.bool_)):
+            raise IndexError("boolean scalar indices are not supported")
+        elif isinstance(i, (int, np.integer)) or i is None or i is Ellipsis or isinstance(
+                i, slice):
+            out.append(int(i) if isinstance(i, np.integer) else i)
+        else:
+            raise IndexError(f"only integers, slices (`:`), ellipsis (`...`), None and integer "
+                             f"arrays are valid indices, got {type(i).__name__}")
+    n_ell = sum(i is Ellipsis for i in out)
+    if n_ell > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    consumed = sum(i is not None and i is not Ellipsis for i in out)
+    if consumed > x.ndim:
+        raise IndexError(f"too many indices for array: array is {x.ndim}-dimensional, but "
+                         f"{consumed} were indexed")
+    if n_ell:
+        k = out.index(Ellipsis)
+        out[k:k + 1] = [slice(None)] * (x.ndim - consumed)
+    else:
+        out += [slice(None)] * (x.ndim - consumed)
+    return out
+
+
+def _getitem(x, idx):
+    """x[idx] with numpy semantics; out-of-range integer indices raise IndexError."""
+    idx = _normalize(x, idx)
+    has_adv = any(_is_array_index(i) for i in idx)
+    if has_adv:  # ints count as advanced indices next to arrays (numpy's rule)
+        idx = [np.asarray(i, np.int32) if isinstance(i, int) else i for i in idx]
+    y = x
+    dim = 0
+    shape_after = []  # output layout before advanced indexing: kept dims and new axes
+    adv = []  # (position in shape_after, index array)
+    starts, limits, strides, revs = [], [], [], []
+    for i in idx:
+        if i is None:
+            shape_after.append(("new", None))
+            continue
+        n = x.shape[dim]
+        if isinstance(i, slice):
+            start, stop, step = i.indices(n)
+            if step < 0:
+                revs.append(dim)
+                # x[start:stop:step] == rev(x)[n-1-start : n-1-stop : -step]
+                start, stop, step = n - 1 - start, n - 1 - stop, -step
+            length = max(0, -(-(stop - start) // step))
+            starts.append(start if length else 0)
+            limits.append(start + (length - 1) * step + 1 if length else 0)
+            strides.append(step)
+            shape_after.append(("dim", dim))
+        elif isinstance(i, int):
+            if not -n <= i < n:
+                raise IndexError(f"index {i} is out of bounds for axis {dim} with size {n} "
+                                 f"(array shape {tuple(x.shape)})")
+            i = i + n if i < 0 else i
+            starts.append(i)
+            limits.append(i + 1)
+            strides.append(1)
+        else:
+            starts.append(0)
+            limits.append(n)
+            strides.append(1)
+            adv.append((len(shape_after), i, dim))
+            shape_after.append(("adv", dim))
+        dim += 1
+    if revs:
+        y = bind(P.rev_p, y, dimensions=tuple(revs))
+    if (tuple(starts) != (0,) * x.ndim or tuple(limits) != tuple(x.shape)
+            or set(strides) - {1}):
+        y = bind(P.slice_p, y, start_indices=tuple(starts), limit_indices=tuple(limits),
+                 strides=tuple(strides))
+    new_shape = [1 if kind == "new" else y.shape[d] for kind, d in shape_after]
+    y = reshape(y, new_shape)
+    if not adv:
+        return y
+    return _advanced(y, [(pos, i) for pos, i, _ in adv])
+
+
+def _advanced(y, adv):
+    """Gather with integer arrays at positions `adv` (numpy's placement of the result dims)."""
+    positions = [p for p, _ in adv]
+    arrays = [asarray(i) for _, i in adv]
+    bshape = np.broadcast_shapes(*[tuple(a.shape) for a in arrays])
+    arrays = [broadcast_to(a, bshape) for a in arrays]
+    if len(arrays) == 1:
+        return bind(P.take_p, y, arrays[0], axis=positions[0])
+    adjacent = positions == list(range(positions[0], positions[0] + len(positions)))
+    rest = [d for d in range(y.ndim) if d not in positions]
+    yt = transpose(y, positions + rest)
+    sizes = [y.shape[p] for p in positions]
+    total = int(np.prod(sizes))
+    flat = reshape(yt, (total,) + tuple(yt.shape[len(positions):]))
+    lin = None
+    stride = 1
+    for a, n in reversed(list(zip(arrays, sizes))):
+        a = a if a.dtype in (np.int32, np.int64) else asarray(a, np.int32)
+        term = checked_index(a, n) * stride if stride != 1 else checked_index(a, n)
+        term = guard_index(a, n, term, total)
+        lin = term if lin is None else _combine(lin, term, total)
+        stride *= n
+    out = bind(P.take_p, flat, lin, axis=0)
+    if not adjacent:
+        return out
+    nb = len(bshape)
+    k = positions[0]
+    perm = list(range(nb, nb + k)) + list(range(nb)) + list(range(nb + k, out.ndim))
+    return transpose(out, perm)
+
+
+def _combine(lin, term, total):
+    from ._ufuncs import logical_or, where
+    bad = logical_or(lin < 0, term < 0)
+    return where(bad, -total - 1, lin + term)
+
+
+class _IndexUpdateHelper:
+    """`x.at`: JAX's functional index updates."""
+    __slots__ = ("x",)
+
+    def __init__(self, x):
+        self.x = x
+
+    def __getitem__(self, idx):
+        return _IndexUpdateRef(self.x, idx)
+
+
+class _IndexUpdateRef:
+    """`x.at[idx]`: `.get()`, `.set(v)`, `.add(v)`, `.multiply(v)`, `.min(v)`, `.max(v)`.
+
+    Out-of-range indices raise IndexError (JAX drops them; funcgrad never drops data). With
+    repeated indices `.add` accumulates every update, `.set` keeps one of them.
+    """
+
+    def __init__(self, x, idx):
+        self.x, self.idx = x, idx
+
+    def get(self):
+        return _getitem(self.x, self.idx)
+
+    def _flat_ids(self):
+        x = self.x
+        ids = reshape(bind(P.iota_p, dtype=np.dtype(np.int32), shape=(max(x.size, 0),),
+                           dimension=0), x.shape) if x.size else asarray(
+            np.zeros(x.shape, np.int32))
+        return _getitem(ids, self.idx)
+
+    def _scatter(self, prim, base, values):
+        x = self.x
+        sel = self._flat_ids()
+        v = broadcast_to(asarray(values, base.dtype), sel.shape)
+        flat = reshape(base, (-1,))
+        out = bind(prim, flat, reshape(sel, (-1,)), reshape(v, (-1,)), axis=0)
+        return reshape(out, x.shape)
+
+    def set(self, values):
+        x = asarray(self.x)
+        return self._scatter(P.scatter_p, x, values)
+
+    def add(self, values):
+        x = asarray(self.x)
+        return self._scatter(P.scatter_add_p, x, values)
+
+    def multiply(self, values):
+        from ._base import ones_like
+        x = asarray(self.x)
+        return x * self._scatter(P.scatter_p, ones_like(x), values)
+
+    def min(self, values):
+        from ._ufuncs import minimum
+        return self.set(minimum(self.get(), values))
+
+    def max(self, values):
+        from ._ufuncs import maximum
+        return self.set(maximum(self.get(), values))
+
+
+_ = type_error

@@ -1,0 +1,214 @@
+"""Products of funcgrad.numpy: matmul, dot, outer, tensordot and einsum via dot_general."""
+from __future__ import annotations
+
+import string
+
+import numpy as np
+
+from .. import prims as P
+from ..core import bind, type_error
+from ._base import asarray, broadcast_shapes, broadcast_to, promote_args, reshape, result_type
+from ._shape import transpose
+from ._ufuncs import sqrt, sum
+
+
+def _promote2(op, a, b):
+    dt = result_type(a, b)
+    return asarray(a, dt), asarray(b, dt)
+
+
+def matmul(a, b):
+    """numpy.matmul / `@`: batched over leading axes with broadcasting; 1-D operands are
+    promoted to matrices and the added axis removed.
+
+    Example:
+        >>> import funcgrad.numpy as fnp
+        >>> (fnp.ones((2, 3)) @ fnp.ones(3)).tolist()
+        [3.0, 3.0]
+    """
+    a, b = _promote2("matmul", a, b)
+    if a.ndim == 0 or b.ndim == 0:
+        raise type_error("matmul", "operands must not be scalars", (a.aval, b.aval))
+    a1, b1 = a.ndim == 1, b.ndim == 1
+    if a1:
+        a = reshape(a, (1, a.shape[0]))
+    if b1:
+        b = reshape(b, (b.shape[0], 1))
+    if a.shape[-1] != b.shape[-2]:
+        raise type_error("matmul", f"contracting dimensions differ: {a.shape[-1]} (last axis "
+                         f"of the first operand) != {b.shape[-2]} (second-to-last axis of the "
+                         "second)", (a.aval, b.aval))
+    batch = broadcast_shapes(a.shape[:-2], b.shape[:-2], op="matmul")
+    nb = len(batch)
+    if nb:
+        a = broadcast_to(a, batch + tuple(a.shape[-2:]))
+        b = broadcast_to(b, batch + tuple(b.shape[-2:]))
+    bd = tuple(range(nb))
+    out = P.dot_general(a, b, (((nb + 1,), (nb,)), (bd, bd)))
+    if a1 and b1:
+        return reshape(out, batch)
+    if a1:
+        return reshape(out, batch + (out.shape[-1],))
+    if b1:
+        return reshape(out, batch + (out.shape[-2],))
+    return out
+
+
+def dot(a, b):
+    """numpy.dot: inner product of vectors, matrix product, or sum over the last axis of a and
+    the second-to-last of b."""
+    a, b = _promote2("dot", a, b)
+    if a.ndim == 0 or b.ndim == 0:
+        return a * b
+    cb = 0 if b.ndim == 1 else b.ndim - 2
+    if a.shape[-1] != b.shape[cb]:
+        raise type_error("dot", f"shapes {tuple(a.shape)} and {tuple(b.shape)} not aligned",
+                         (a.aval, b.aval))
+    return P.dot_general(a, b, (((a.ndim - 1,), (cb,)), ((), ())))
+
+
+def vdot(a, b):
+    return dot(reshape(a, (-1,)), reshape(b, (-1,)))
+
+
+def inner(a, b):
+    a, b = _promote2("inner", a, b)
+    if a.ndim == 0 or b.ndim == 0:
+        return a * b
+    return P.dot_general(a, b, (((a.ndim - 1,), (b.ndim - 1,)), ((), ())))
+
+
+def outer(a, b):
+    """numpy.outer of the flattened operands."""
+    a, b = promote_args("outer", reshape(asarray(a), (-1,)), reshape(asarray(b), (-1,)))
+    return reshape(a, (-1, 1)) * reshape(b, (1, -1))
+
+
+def tensordot(a, b, axes=2):
+    """numpy.tensordot with an int or a pair of axis sequences."""
+    a, b = _promote2("tensordot", a, b)
+    if isinstance(axes, int):
+        ca, cb = tuple(range(a.ndim - axes, a.ndim)), tuple(range(axes))
+    else:
+        ca, cb = axes
+        ca = (ca,) if isinstance(ca, int) else tuple(ca)
+        cb = (cb,) if isinstance(cb, int) else tuple(cb)
+        ca = tuple(x % a.ndim for x in ca)
+        cb = tuple(x % b.ndim for x in cb)
+    return P.dot_general(a, b, ((ca, cb), ((), ())))
+
+
+# ---------------------------------------------------------------------------------------------
+# einsum
+# ---------------------------------------------------------------------------------------------
+
+def _parse(subscripts, operands):
+    subscripts = subscripts.replace(" ", "")
+    if "->" in subscripts:
+        ins, out = subscripts.split("->")
+    else:
+        ins, out = subscripts, None
+    ins = ins.split(",")
+    if len(ins) != len(operands):
+        raise ValueError(f"einsum: {len(ins)} operand subscripts for {len(operands)} operands")
+    spare = iter(sorted(set(string.ascii_uppercase) - set(subscripts)))
+    max_ell = max([op.ndim - len(s.replace("...", "")) for s, op in zip(ins, operands)
+                   if "..." in s] or [0])
+    ell = "".join(next(spare) for _ in range(max_ell))
+    terms = []
+    for s, op in zip(ins, operands):
+        if "..." in s:
+            k = op.ndim - len(s.replace("...", ""))
+            s = s.replace("...", ell[len(ell) - k:] if k else "")
+        if len(s) != op.ndim:
+            raise ValueError(f"einsum: subscripts {s!r} do not match an operand of rank "
+                             f"{op.ndim}")
+        terms.append(s)
+    if out is None:
+        counts = {}
+        for s in terms:
+            for c in s:
+                counts[c] = counts.get(c, 0) + 1
+        out = ell + "".join(sorted(c for c, n in counts.items() if n == 1 and c not in ell))
+    else:
+        out = out.replace("...", ell)
+    return terms, out
+
+
+def _sum_unused(x, s, keep):
+    """Sum out labels of x that no other term or the output needs."""
+    axes = tuple(i for i, c in enumerate(s) if c not in keep)
+    if not axes:
+        return x, s
+    return sum(x, axes), "".join(c for c in s if c not in keep)
+
+
+def _contract(x, sx, y, sy, keep):
+    x, sx = _sum_unused(x, sx, set(sy) | keep)
+    y, sy = _sum_unused(y, sy, set(sx) | keep)
+    common = [c for c in sx if c in sy]
+    batch = [c for c in common if c in keep]
+    contract = [c for c in common if c not in keep]
+    dn = ((tuple(sx.index(c) for c in contract), tuple(sy.index(c) for c in contract)),
+          (tuple(sx.index(c) for c in batch), tuple(sy.index(c) for c in batch)))
+    out = P.dot_general(x, y, dn)
+    s_out = "".join(batch) + "".join(c for c in sx if c not in common) + "".join(
+        c for c in sy if c not in common)
+    return out, s_out
+
+
+def einsum(subscripts, *operands, optimize=None, precision=None):
+    """numpy.einsum: any number of operands, contracted pairwise left to right with
+    dot_general; '...' broadcasts. Repeated labels within one operand (diagonals) are not
+    supported.
+
+    Example:
+        >>> import funcgrad.numpy as fnp
+        >>> fnp.einsum("ij,jk->ik", fnp.ones((2, 3)), fnp.ones((3, 4))).shape
+        (2, 4)
+    """
+    dt = result_type(*operands)
+    ops = [asarray(o, dt) for o in operands]
+    terms, out = _parse(subscripts, ops)
+    for s in terms:
+        if len(set(s)) != len(s):
+            raise NotImplementedError(f"einsum: repeated label within one operand ({s!r}); "
+                                      "take the diagonal explicitly")
+    sizes = {}
+    for s, o in zip(terms, ops):
+        for c, n in zip(s, o.shape):
+            if sizes.get(c, 1) != 1 and n != 1 and sizes[c] != n:
+                raise type_error("einsum", f"label {c!r} has sizes {sizes[c]} and {n}",
+                                 [x.aval for x in ops])
+            sizes[c] = max(sizes.get(c, 1), n) if n != 1 or c not in sizes else sizes[c]
+    ops = [broadcast_to(o, [sizes[c] for c in s]) for s, o in zip(terms, ops)]
+    x, sx = ops[0], terms[0]
+    for k in range(1, len(ops)):
+        keep = set(out).union(*[set(t) for t in terms[k + 1:]])
+        x, sx = _contract(x, sx, ops[k], terms[k], keep)
+    x, sx = _sum_unused(x, sx, set(out))
+    if set(out) - set(sx):
+        raise ValueError(f"einsum: output label(s) {sorted(set(out) - set(sx))} not in inputs")
+    return transpose(x, [sx.index(c) for c in out]) if sx != out else x
+
+
+class linalg:
+    """funcgrad.numpy.linalg: norms."""
+
+    @staticmethod
+    def norm(x, ord=None, axis=None, keepdims=False):
+        """Vector 2-norm / Frobenius norm (ord None or 2 / 'fro'), or 1 and inf norms of
+        vectors."""
+        x = asarray(x)
+        from ._ufuncs import abs as _abs
+        from ._ufuncs import max as _max
+        if ord in (None, 2, "fro"):
+            return sqrt(sum(x * x, axis=axis, keepdims=keepdims))
+        if ord == 1:
+            return sum(_abs(x), axis=axis, keepdims=keepdims)
+        if ord == np.inf:
+            return _max(_abs(x), axis=axis, keepdims=keepdims)
+        raise NotImplementedError(f"linalg.norm ord={ord!r}")
+
+
+_ = bind
