@@ -9,6 +9,12 @@ from . import lax, nn, tree_util  # noqa: E402,F401
 from .ad import grad, jvp, linearize, stop_gradient, value_and_grad, vjp  # noqa: E402,F401
 from .api import (default_backend, device_get, device_put, devices,  # noqa: E402,F401
                   make_jaxpr)
+from .config import config  # noqa: E402,F401
+from .jit import jit  # noqa: E402,F401
+from .batching import vmap  # noqa: E402,F401
+from .jacobians import hessian, jacfwd, jacrev  # noqa: E402,F401
+from .custom import checkpoint, custom_jvp, custom_vjp, remat  # noqa: E402,F401
+from . import debug  # noqa: E402,F401
 from .core import Array, ClosedExpr, ConcretizationError, Expr, ShapeError  # noqa: E402,F401
 
 __version__ = "0.1.0"

@@ -7,8 +7,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import prims
-from .core import (FuncgradError, Lit, ShapedArray, Tracer, aval_of, bind, eval_expr,
-                   is_float, source_info, trace_to_expr, user_frame_src)
+from .core import (Lit, ShapedArray, Tracer, aval_of, bind, eqn_tag, is_float, source_info,
+                   trace_to_expr, user_frame_src)
 from .tree_util import tree_flatten, tree_map, tree_structure, tree_unflatten
 
 
@@ -47,7 +47,12 @@ def trace_flat(f, args: Sequence, kwargs=None):
 # ---------------------------------------------------------------------------------------------
 
 def _forward(expr, consts, args):
-    """Evaluate expr, keeping every intermediate value and which ones depend on the inputs."""
+    """Evaluate expr, keeping every intermediate value and which ones depend on the inputs.
+
+    A custom_vjp group runs its fwd rule instead of its body; the residuals are kept in
+    env[("res", rec)] for the backward pass.
+    """
+    from .custom import custom_vjp_call_p
     env = {}
     active = set()
     for v, x in zip(expr.in_binders, list(consts) + list(args)):
@@ -60,33 +65,74 @@ def _forward(expr, consts, args):
         return x.val if isinstance(x, Lit) else env[x]
 
     for e in expr.eqns:
-        with source_info(e.src):
-            env[e.out] = bind(e.prim, *[read(x) for x in e.inputs], **e.params)
-        if is_float(e.out.aval.dtype) and any(x in active for x in e.inputs
-                                              if not isinstance(x, Lit)):
+        is_active = any(x in active for x in e.inputs if not isinstance(x, Lit))
+        if e.prim is custom_vjp_call_p and is_active:
+            rec = e.params["rec"]
+            key = ("res", rec)
+            if key not in env:
+                with source_info(e.src):
+                    outs, res = rec.fwd(*[read(x) for x in e.inputs])
+                env[key] = (outs, res)
+            env[e.out] = env[key][0][e.params["index"]]
+        else:
+            with source_info(e.src), eqn_tag(e.tag):
+                env[e.out] = bind(e.prim, *[read(x) for x in e.inputs], **e.params)
+        if is_float(e.out.aval.dtype) and is_active:
             active.add(e.out)
     return env, active, read
 
 
+def _group_outs(expr):
+    """For each custom_vjp record, its output variables in index order."""
+    from .custom import custom_vjp_call_p
+    groups = {}
+    for e in expr.eqns:
+        if e.prim is custom_vjp_call_p:
+            outs = groups.setdefault(e.params["rec"], [None] * len(e.params["rec"].out_avals))
+            outs[e.params["index"]] = e.out
+    return groups
+
+
 def backward_pass(expr, env, active, read, cts_out):
     """Walk the equations backwards, applying each primitive's vjp rule; None means zero."""
+    from .custom import custom_vjp_call_p
     ct_env: dict = {}
+    groups = None
     for o, ct in zip(expr.outs, cts_out):
         if ct is not None and o in active:
             ct_env[o] = prims.add_any(ct_env.get(o), ct)
     for e in reversed(expr.eqns):
+        if e.prim is custom_vjp_call_p:
+            rec = e.params["rec"]
+            groups = groups if groups is not None else _group_outs(expr)
+            outs = groups[rec]
+            cts = [ct_env.pop(v, None) if v is not None else None for v in outs]
+            if all(c is None for c in cts) or ("res", rec) not in env:
+                continue
+            cts = [c if c is not None else prims.zeros_like(read(v)) for c, v in zip(cts, outs)]
+            with source_info(e.src + f" (backward of {rec})"):
+                in_cts = rec.bwd(env[("res", rec)][1], cts)
+            del env[("res", rec)]
+            _accumulate(ct_env, active, e.inputs, in_cts)
+            continue
         ct = ct_env.pop(e.out, None)
         if ct is None:
             continue
         if e.prim.vjp is None:
             raise NotImplementedError(f"differentiation rule for {e.prim.name} is not defined")
         xs = [read(x) for x in e.inputs]
-        with source_info(e.src + f" (backward of {e.prim.name})"):
+        with source_info(e.src + f" (backward of {e.prim.name})"), eqn_tag(e.tag):
             in_cts = e.prim.vjp(ct, *xs, out=env[e.out], **e.params)
-        for x, c in zip(e.inputs, in_cts):
-            if c is not None and not isinstance(x, Lit) and x in active:
-                ct_env[x] = prims.add_any(ct_env.get(x), c)
+        _accumulate(ct_env, active, e.inputs, in_cts)
     return [ct_env.get(v) for v in expr.in_binders[expr.n_consts:]]
+
+
+def _accumulate(ct_env, active, inputs, in_cts):
+    for x, c in zip(inputs, in_cts):
+        if c is not None and not isinstance(x, Lit) and x in active:
+            if x.aval.dtype != c.dtype and is_float(c.dtype):
+                c = prims.convert(c, x.aval.dtype)
+            ct_env[x] = prims.add_any(ct_env.get(x), c)
 
 
 def _zeros_like_leaf(x):
@@ -347,5 +393,3 @@ def linearize(fun: Callable, *primals):
     out = fun(*primals)
     return out, lambda *tangents: jvp(fun, primals, tangents)[1]
 
-
-_ = (Any, FuncgradError)

@@ -95,6 +95,21 @@ def user_frame_src() -> str:
     return "<unknown>"
 
 
+def current_tag():
+    return getattr(_state, "tag", None)
+
+
+@contextlib.contextmanager
+def eqn_tag(tag):
+    """Tag the equations bound inside (checkpoint uses it to keep recomputation apart)."""
+    prev = current_tag()
+    _state.tag = tag
+    try:
+        yield
+    finally:
+        _state.tag = prev
+
+
 @contextlib.contextmanager
 def source_info(src: Optional[str]):
     """Attribute the equations bound inside to `src` (used when replaying or differentiating)."""
@@ -144,10 +159,11 @@ class Lit:
 
 class Eqn:
     """One primitive application: out = prim(*inputs, **params), bound at `src`."""
-    __slots__ = ("prim", "inputs", "params", "out", "src")
+    __slots__ = ("prim", "inputs", "params", "out", "src", "tag")
 
-    def __init__(self, prim, inputs, params, out, src):
+    def __init__(self, prim, inputs, params, out, src, tag=None):
         self.prim, self.inputs, self.params, self.out, self.src = prim, inputs, params, out, src
+        self.tag = tag  # set on rematerialized equations so that CSE keeps them apart
 
 
 class Expr:
@@ -246,6 +262,9 @@ class Primitive:
     def __init__(self, name, shape, impl, vjp=None, jvp=None, batch=None, kind="other"):
         self.name, self.shape, self.impl = name, shape, impl
         self.vjp, self.jvp, self.batch, self.kind = vjp, jvp, batch, kind
+        self.call_impl = None  # call-like primitives: run the body eagerly
+        self.inline = None  # call-like primitives: jit inlines the body
+        self.effectful = False  # never removed or merged by jit's passes
 
     def __repr__(self):
         return self.name
@@ -484,9 +503,24 @@ _default_device = [None]
 
 
 def default_device() -> str:
+    """The device of new arrays: config's "default_device", else "cuda" when a real GPU is
+    usable (never the simulator), else "cpu"."""
+    from .config import config
+    if config.default_device:
+        return config.default_device
     if _default_device[0] is None:
-        return "cpu"
+        _default_device[0] = "cuda" if _cuda_usable() else "cpu"
     return _default_device[0]
+
+
+def _cuda_usable() -> bool:
+    if "cuda" not in _backend_factories:
+        return False
+    try:
+        from . import cuda
+    except ImportError:
+        return False
+    return bool(cuda.is_available())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -522,7 +556,7 @@ class Builder:
 
     def add_eqn(self, prim, inputs, params, aval, src) -> Tracer:
         out = Var(aval)
-        self.eqns.append(Eqn(prim, inputs, params, out, src))
+        self.eqns.append(Eqn(prim, inputs, params, out, src, current_tag()))
         return Tracer(self, out)
 
     def build(self, in_tracers, out_vals) -> tuple[Expr, list]:
@@ -602,6 +636,8 @@ def eval_prim(prim: Primitive, args, params):
         if isinstance(a, Array) and a.device != "cpu":
             device = a.device
     device = device or default_device()
+    if prim.call_impl is not None:  # call-like primitives run their body op by op
+        return prim.call_impl(*args, **params)
     avals = [aval_of(a) for a in args]
     aval = _check(prim, avals, params)
     backend = get_backend(device)
@@ -636,7 +672,7 @@ def eval_expr(expr: Expr, args: list, consts: list = ()) -> list:
         return x.val if isinstance(x, Lit) else env[x]
 
     for e in expr.eqns:
-        with source_info(e.src):
+        with source_info(e.src), eqn_tag(e.tag):
             env[e.out] = bind(e.prim, *[read(x) for x in e.inputs], **e.params)
     return [read(o) for o in expr.outs]
 

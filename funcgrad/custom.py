@@ -1,0 +1,376 @@
+"""custom_vjp, custom_jvp and checkpoint (remat): call primitives carrying user rules.
+
+A call with k outputs binds k equations `custom_*_call[rec, index=i]` sharing one record `rec`
+(the traced body and the rules). Eager evaluation and jit run the body once (memoized per
+record), reverse mode treats the group as one node (ad.py), so each record is one call.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .core import (Primitive, ShapedArray, Tracer, aval_of, bind, eqn_tag, eval_expr,
+                   trace_to_expr, user_frame_src)
+from .tree_util import tree_flatten, tree_structure, tree_unflatten
+
+
+class _Rec:
+    """A traced call: flat body plus (for custom_vjp) fwd/bwd or (for custom_jvp) jvp."""
+
+    def __init__(self, kind, name, fun_flat, in_avals, fwd=None, bwd=None, jvp=None):
+        self.kind, self.name = kind, name
+        self.fun_flat, self.fwd, self.bwd, self.jvp = fun_flat, fwd, bwd, jvp
+        self.in_avals = list(in_avals)
+        self.expr, self.consts, _ = trace_to_expr(fun_flat, self.in_avals)
+        self.out_avals = [v.aval for v in self.expr.outs]
+        self._memo = None
+        self._batched = {}
+
+    def __repr__(self):
+        return f"{self.kind}:{self.name}"
+
+    def outputs(self, args):
+        """The body's outputs for these argument objects (evaluated once per argument set)."""
+        key = tuple(id(a) for a in args)
+        if self._memo is not None and self._memo[0] == key:
+            return self._memo[2]
+        outs = eval_expr(self.expr, list(args), self.consts)
+        self._memo = (key, list(args), outs)  # keep args alive so ids stay unique
+        return outs
+
+
+def _call_shape(*avals, rec, index):
+    if [tuple(a.shape) for a in avals] != [a.shape for a in rec.in_avals]:
+        raise TypeError(f"{rec.name}: called with {avals}, traced for {rec.in_avals}")
+    return rec.out_avals[index]
+
+
+def _call_impl(*args, rec, index):
+    from .core import to_array
+    outs = rec.outputs([to_array(a) for a in args])
+    return np.asarray(outs[index])
+
+
+def _call(*args, rec, index):
+    return rec.outputs(args)[index]
+
+
+def _body_jvp(ts, xs, *, out, rec, index):
+    from .ad import jvp_expr_eval
+    return jvp_expr_eval(rec.expr, rec.consts, list(xs), list(ts))[1][index]
+
+
+def _batched_rec(rec, dims):
+    from .batching import vmap
+    key = tuple(dims)
+    hit = rec._batched.get(key)
+    if hit is not None:
+        return hit
+    size = None
+    in_avals = []
+    for a, d in zip(rec.in_avals, dims):
+        in_avals.append(a if d is None else None)
+    fun_b = vmap(rec.fun_flat, in_axes=tuple(dims))
+    if rec.kind == "custom_jvp":
+        def jvp_b(primals, tangents):
+            return vmap(lambda p, t: rec.jvp(p, t), in_axes=(tuple(dims), tuple(dims)))(
+                list(primals), list(tangents))
+        new = ("jvp", jvp_b)
+    else:
+        def fwd_b(*xs):
+            return vmap(rec.fwd, in_axes=tuple(dims))(*xs)
+
+        def bwd_b(res, cts):
+            cts_in = vmap(rec.bwd)(res, cts)
+            from . import numpy as fnp
+            return [c if d is not None or c is None else fnp.sum(c, axis=0)
+                    for c, d in zip(cts_in, dims)]
+        new = ("vjp", fwd_b, bwd_b)
+    hit = rec._batched[key] = (fun_b, new)
+    _ = (size, in_avals)
+    return hit
+
+
+def _call_batch(prim):
+    def rule(args, dims, *, rec, index):
+        size = next(a.shape[0] for a, d in zip(args, dims) if d is not None)
+        fun_b, new = _batched_rec(rec, dims)
+        avals = [ShapedArray(((size,) if d is not None else ()) + tuple(a.shape[1:] if d
+                                                                        is not None else a.shape),
+                             a.dtype) for a, d in zip(args, dims)]
+        key = ("rec", tuple(avals))
+        brec = rec._batched.get(key)
+        if brec is None:
+            if new[0] == "jvp":
+                brec = _Rec(rec.kind, rec.name, fun_b, avals, jvp=new[1])
+            else:
+                brec = _Rec(rec.kind, rec.name, fun_b, avals, fwd=new[1], bwd=new[2])
+            rec._batched[key] = brec
+        return bind(prim, *args, rec=brec, index=index), 0
+    return rule
+
+
+def _make_call_prim(name):
+    p = Primitive(name, _call_shape, _call_impl, kind="call")
+    p.call_impl = _call
+    p.inline = _call
+    p.batch = _call_batch(p)
+    return p
+
+
+custom_vjp_call_p = _make_call_prim("custom_vjp_call")
+custom_vjp_call_p.jvp = _body_jvp
+custom_vjp_call_p.vjp = None  # reverse mode handles the whole group in ad.py (needs fwd's residuals)
+custom_jvp_call_p = _make_call_prim("custom_jvp_call")
+
+
+def _custom_jvp_jvp(ts, xs, *, out, rec, index):
+    from . import prims
+    ts = [t if t is not None else prims.zeros_like(x) for t, x in zip(ts, xs)]
+    return _rec_jvp(rec, xs, ts)[1][index]
+
+
+def _rec_jvp(rec, xs, ts):
+    outs, touts = rec.jvp(list(xs), list(ts))
+    return outs, touts
+
+
+def _custom_jvp_vjp(ct, *xs, out, rec, index):
+    # the jvp rule is linear in the tangents: its vjp at zero tangents is the transpose
+    from . import prims
+    from .ad import vjp
+    from .core import is_float
+    diff = [i for i, x in enumerate(xs) if is_float(x.dtype)]
+    zeros = [prims.zeros_like(xs[i]) for i in diff]
+
+    def tangent_out(*ts):
+        full = [prims.zeros_like(x) for x in xs]
+        for i, t in zip(diff, ts):
+            full[i] = t
+        return _rec_jvp(rec, xs, full)[1][index]
+
+    cts = vjp(tangent_out, *zeros)[1](ct)
+    res = [None] * len(xs)
+    for i, c in zip(diff, cts):
+        res[i] = c
+    return tuple(res)
+
+
+custom_jvp_call_p.jvp = _custom_jvp_jvp
+custom_jvp_call_p.vjp = _custom_jvp_vjp
+
+CALL_PRIMS = (custom_vjp_call_p, custom_jvp_call_p)
+
+
+def _check_like(what, name, got, want_tree, want_avals, allow_none=False):
+    leaves, tree = tree_flatten(got)
+    if tree != want_tree:
+        raise TypeError(f"{name}: {what} has structure {tree}, expected {want_tree}"
+                        f"\n  at {user_frame_src()}")
+    for g, w in zip(leaves, want_avals):
+        if g is None and allow_none:
+            continue
+        a = aval_of(g)
+        if tuple(a.shape) != tuple(w.shape):
+            raise TypeError(f"{name}: {what} has a leaf of shape {a.shape}, expected "
+                            f"{w.str_short()}\n  at {user_frame_src()}")
+    return leaves
+
+
+def _bind_group(prim, rec, leaves, out_tree):
+    outs = [bind(prim, *leaves, rec=rec, index=i) for i in range(len(rec.out_avals))]
+    return tree_unflatten(out_tree, outs)
+
+
+class custom_vjp:
+    """A function with a user-defined reverse-mode rule (JAX semantics).
+
+    Example:
+        >>> import funcgrad, funcgrad.numpy as fnp
+        >>> @funcgrad.custom_vjp
+        ... def clip_grad(x):
+        ...     return x
+        >>> clip_grad.defvjp(lambda x: (x, None), lambda res, g: (fnp.clip(g, -1.0, 1.0),))
+        >>> float(funcgrad.grad(lambda x: 5.0 * clip_grad(x))(2.0))
+        1.0
+    """
+
+    def __init__(self, fun: Callable, nondiff_argnums: Sequence[int] = ()):
+        functools.update_wrapper(self, fun)
+        self.fun, self.nondiff_argnums = fun, tuple(nondiff_argnums)
+        self.fwd = self.bwd = None
+
+    def defvjp(self, fwd: Callable, bwd: Callable) -> None:
+        """fwd(*args) -> (out, residuals); bwd(*nondiff_args, residuals, ct_out) -> tuple of
+        cotangents, one per differentiable argument (None for zero)."""
+        self.fwd, self.bwd = fwd, bwd
+
+    def __call__(self, *args):
+        name = getattr(self.fun, "__name__", "custom_vjp")
+        if self.fwd is None:
+            raise AttributeError(f"No VJP defined for custom_vjp function {name} using defvjp.")
+        nd = {i: args[i] for i in self.nondiff_argnums}
+        dyn = tuple(a for i, a in enumerate(args) if i not in nd)
+        from .ad import _as_value
+        leaves, in_tree = tree_flatten(dyn)
+        leaves = [_as_value(x) for x in leaves]
+        in_avals = [aval_of(x) for x in leaves]
+        store = {}
+
+        def full(d):
+            it = iter(d)
+            return [nd[i] if i in nd else next(it) for i in range(len(args))]
+
+        def fun_flat(*xs):
+            out = self.fun(*full(tree_unflatten(in_tree, list(xs))))
+            ol, store["out_tree"] = tree_flatten(out)
+            return [_as_value(o) for o in ol]
+
+        def fwd_flat(*xs):
+            res = self.fwd(*full(tree_unflatten(in_tree, list(xs))))
+            if not (isinstance(res, tuple) and len(res) == 2):
+                raise TypeError(f"{name}: the fwd rule must return a pair (output, residuals)"
+                                f"\n  at {user_frame_src()}")
+            out, r = res
+            ol = _check_like("fwd output", name, out, store["out_tree"], rec.out_avals)
+            rl, store["res_tree"] = tree_flatten(r)
+            return [_as_value(o) for o in ol], rl
+
+        def bwd_flat(res_leaves, cts):
+            r = tree_unflatten(store["res_tree"], list(res_leaves))
+            ct = tree_unflatten(store["out_tree"], list(cts))
+            got = self.bwd(*[nd[i] for i in self.nondiff_argnums], r, ct)
+            if not isinstance(got, (tuple, list)) or len(got) != len(dyn):
+                raise TypeError(f"{name}: the bwd rule must return a tuple of {len(dyn)} "
+                                f"cotangent(s) (one per differentiable argument), got "
+                                f"{type(got).__name__}"
+                                + (f" of length {len(got)}" if isinstance(got, (tuple, list))
+                                   else "") + f"\n  at {user_frame_src()}")
+            out = []
+            for g, a in zip(got, dyn):
+                a_leaves, a_tree = tree_flatten(a)
+                if g is None:
+                    out.extend([None] * len(a_leaves))
+                    continue
+                out.extend(_check_like("bwd cotangent", name, g, a_tree,
+                                       [aval_of(_as_value(x)) for x in a_leaves], True))
+            return out
+
+        rec = _Rec("custom_vjp", name, fun_flat, in_avals, fwd=fwd_flat, bwd=bwd_flat)
+        return _bind_group(custom_vjp_call_p, rec, leaves, store["out_tree"])
+
+
+class custom_jvp:
+    """A function with a user-defined forward-mode rule; reverse mode transposes it.
+
+    Example:
+        >>> import funcgrad, funcgrad.numpy as fnp
+        >>> @funcgrad.custom_jvp
+        ... def f(x):
+        ...     return fnp.sin(x)
+        >>> @f.defjvp
+        ... def f_jvp(primals, tangents):
+        ...     (x,), (t,) = primals, tangents
+        ...     return f(x), 2.0 * t
+        >>> float(funcgrad.grad(f)(0.5))
+        2.0
+    """
+
+    def __init__(self, fun: Callable, nondiff_argnums: Sequence[int] = ()):
+        functools.update_wrapper(self, fun)
+        self.fun, self.nondiff_argnums = fun, tuple(nondiff_argnums)
+        self.jvp_rule = None
+
+    def defjvp(self, jvp: Callable) -> Callable:
+        """jvp(*nondiff_args, primals, tangents) -> (primal_out, tangent_out)."""
+        self.jvp_rule = jvp
+        return jvp
+
+    def __call__(self, *args):
+        name = getattr(self.fun, "__name__", "custom_jvp")
+        if self.jvp_rule is None:
+            raise AttributeError(f"No JVP defined for custom_jvp function {name} using defjvp.")
+        nd = {i: args[i] for i in self.nondiff_argnums}
+        dyn = tuple(a for i, a in enumerate(args) if i not in nd)
+        from .ad import _as_value
+        leaves, in_tree = tree_flatten(dyn)
+        leaves = [_as_value(x) for x in leaves]
+        store = {}
+
+        def full(d):
+            it = iter(d)
+            return [nd[i] if i in nd else next(it) for i in range(len(args))]
+
+        def fun_flat(*xs):
+            out = self.fun(*full(tree_unflatten(in_tree, list(xs))))
+            ol, store["out_tree"] = tree_flatten(out)
+            return [_as_value(o) for o in ol]
+
+        def jvp_flat(primals, tangents):
+            p = tree_unflatten(in_tree, list(primals))
+            t = tree_unflatten(in_tree, list(tangents))
+            res = self.jvp_rule(*[nd[i] for i in self.nondiff_argnums], tuple(p), tuple(t))
+            if not (isinstance(res, tuple) and len(res) == 2):
+                raise TypeError(f"{name}: the jvp rule must return (primal_out, tangent_out)"
+                                f"\n  at {user_frame_src()}")
+            out, tout = res
+            ol = _check_like("jvp primal output", name, out, store["out_tree"], rec.out_avals)
+            tl = _check_like("jvp tangent output", name, tout, store["out_tree"], rec.out_avals)
+            return [_as_value(o) for o in ol], [_as_value(t) for t in tl]
+
+        rec = _Rec("custom_jvp", name, fun_flat, [aval_of(x) for x in leaves], jvp=jvp_flat)
+        return _bind_group(custom_jvp_call_p, rec, leaves, store["out_tree"])
+
+
+def checkpoint(fun: Callable, prevent_cse: bool = True, static_argnums=()) -> Callable:
+    """Rematerialize: fun's intermediates are recomputed in the backward pass, not stored.
+
+    Reverse mode saves only fun's inputs; the backward pass re-runs fun (kept apart from the
+    forward copy so jit's CSE does not merge them) and differentiates it.
+
+    Example:
+        >>> import funcgrad, funcgrad.numpy as fnp
+        >>> layer = funcgrad.checkpoint(lambda x: fnp.tanh(fnp.tanh(x)))
+        >>> round(float(funcgrad.grad(layer)(0.3)), 4)
+        0.8417
+    """
+    static = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
+    counter = [0]
+
+    @functools.wraps(fun)
+    def wrapped(*args):
+        st = {i: args[i] for i in static}
+        dyn = tuple(a for i, a in enumerate(args) if i not in st)
+        from .ad import _as_value, vjp
+        leaves, in_tree = tree_flatten(dyn)
+        leaves = [_as_value(x) for x in leaves]
+        store = {}
+
+        def call(d):
+            it = iter(tree_unflatten(in_tree, list(d)))
+            return fun(*[st[i] if i in st else next(it) for i in range(len(args))])
+
+        def fun_flat(*xs):
+            ol, store["out_tree"] = tree_flatten(call(xs))
+            return [_as_value(o) for o in ol]
+
+        def fwd_flat(*xs):
+            return rec.outputs(xs), list(xs)
+
+        def bwd_flat(res, cts):
+            counter[0] += 1
+            with eqn_tag(("remat", id(rec), counter[0]) if prevent_cse else None):
+                _, f_vjp = vjp(lambda *xs: rec.fun_flat(*xs), *res)
+                return list(f_vjp(list(cts)))
+
+        rec = _Rec("checkpoint", getattr(fun, "__name__", "checkpoint"), fun_flat,
+                   [aval_of(x) for x in leaves], fwd=fwd_flat, bwd=bwd_flat)
+        return _bind_group(custom_vjp_call_p, rec, leaves, store["out_tree"])
+
+    return wrapped
+
+
+remat = checkpoint
+_ = (Tracer, tree_structure)

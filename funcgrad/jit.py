@@ -1,0 +1,259 @@
+"""jit: trace once per input signature, optimize the expression, run it as a compiled plan."""
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from . import core
+from .config import config
+from .core import Array, ClosedExpr, Tracer, aval_of, eval_expr, trace_to_expr
+from .passes import optimize, peak_bytes
+from .tree_util import keystr, tree_flatten, tree_flatten_with_path, tree_unflatten
+
+log = logging.getLogger("funcgrad.jit")
+
+
+def _as_tuple(x) -> tuple:
+    if x is None:
+        return ()
+    return (x,) if isinstance(x, (int, str)) else tuple(x)
+
+
+class Lowered:
+    """The optimized expression of a jitted function for one input signature."""
+
+    def __init__(self, closed: ClosedExpr, device: str, donate: tuple):
+        self.closed, self.device, self.donate = closed, device, donate
+        self._exe = None
+
+    expr = property(lambda self: self.closed.expr)
+
+    def peak_bytes(self) -> int:
+        """Planned peak bytes of live buffers (inputs, constants, intermediates, outputs)."""
+        return peak_bytes(self.closed.expr)
+
+    def compile(self) -> Callable:
+        if self._exe is None:
+            backend = core.get_backend(self.device)
+            if hasattr(backend, "compile"):
+                self._exe = backend.compile(self.closed.expr, self.closed.consts,
+                                            donate=self.donate)
+            else:
+                self._exe = _Interpreter(self.closed.expr, self.closed.consts, self.device)
+        return self._exe
+
+    def as_text(self) -> str:
+        text = str(self.closed)
+        backend = core.get_backend(self.device)
+        if hasattr(backend, "describe"):
+            text += "\n" + backend.describe(self.compile())
+        return text
+
+    __str__ = as_text
+
+
+class _Interpreter:
+    """Runs an optimized expression on a backend without tracing machinery (eager fallback)."""
+
+    def __init__(self, expr, consts, device):
+        self.expr, self.device = expr, device
+        self.consts = [core.to_array(c, device) if not isinstance(c, Array) else c
+                       for c in consts]
+
+    def __call__(self, args: list) -> list:
+        return eval_expr(self.expr, args, self.consts)
+
+
+class _Signature:
+    __slots__ = ("tree", "avals", "statics", "device", "paths", "_hash")
+
+    def __init__(self, tree, avals, statics, device, paths):
+        self.tree, self.avals, self.statics, self.device, self.paths = (
+            tree, avals, statics, device, paths)
+        self._hash = hash((tree, avals, statics, device))
+
+    def __hash__(self):
+        return self._hash
+
+    def __eq__(self, o):
+        return (self.tree == o.tree and self.avals == o.avals and self.statics == o.statics
+                and self.device == o.device)
+
+
+def _explain(name, new: _Signature, old: Sequence[_Signature]) -> str:
+    last = old[-1]
+    why = []
+    if new.statics != last.statics:
+        for (k, a), (_, b) in zip(new.statics, last.statics):
+            if a != b:
+                why.append(f"static argument {k} changed from {b!r} to {a!r}")
+    if new.tree != last.tree:
+        why.append(f"the pytree structure of the arguments changed from {last.tree} to {new.tree}")
+    elif new.avals != last.avals:
+        for p, a, b in zip(new.paths, new.avals, last.avals):
+            if a != b:
+                why.append(f"argument {p} changed from {b.str_short()} to {a.str_short()}")
+    if new.device != last.device:
+        why.append(f"the device changed from {last.device} to {new.device}")
+    return (f"jit({name}) traces again ({len(old)} earlier signature(s)): "
+            + ("; ".join(why) or "a new signature"))
+
+
+def jit(fun: Callable, static_argnums=(), static_argnames=(), donate_argnums=()) -> Callable:
+    """Compile `fun`: trace it once per input signature, optimize, and replay the plan.
+
+    The signature is the arguments' pytree structure, shapes and dtypes, the values of static
+    arguments, and the device. Inside another transformation (grad, vmap, an outer jit) the
+    optimized expression is inlined instead. Passes: dead-code elimination, common
+    subexpression elimination, constant folding and trivial algebra (x*1, x+0, no-op
+    reshapes/broadcasts/casts). On "cuda" the plan is fused kernels replayed as a CUDA graph.
+
+    Args:
+        fun: a pure function of pytrees of arrays.
+        static_argnums / static_argnames: arguments treated as compile-time constants (they
+            must be hashable; a new value traces again).
+        donate_argnums: arguments whose buffers the plan may reuse for outputs (a hint; the
+            CPU backend ignores it).
+
+    Example:
+        >>> import funcgrad, funcgrad.numpy as fnp
+        >>> f = funcgrad.jit(lambda x: fnp.tanh(x) * 2.0)
+        >>> f(fnp.zeros(3)).tolist()
+        [0.0, 0.0, 0.0]
+        >>> f.stats()["traces"]
+        1
+    """
+    static = _as_tuple(static_argnums)
+    static_names = _as_tuple(static_argnames)
+    donate = _as_tuple(donate_argnums)
+    cache: dict[_Signature, Lowered] = {}
+    stats = {"traces": 0, "compiles": 0, "calls": 0}
+    name = getattr(fun, "__name__", "fun")
+
+    def _split(args, kwargs):
+        for i in static:
+            if i >= len(args):
+                raise TypeError(f"jit({name}): static_argnums={i} but only {len(args)} "
+                                "positional arguments were given")
+        st = tuple((i, args[i]) for i in static) + tuple(
+            (k, kwargs[k]) for k in static_names if k in kwargs)
+        for k, v in st:
+            try:
+                hash(v)
+            except TypeError:
+                raise TypeError(f"jit({name}): static argument {k} must be hashable, got "
+                                f"{type(v).__name__}") from None
+        dyn_args = tuple(a for i, a in enumerate(args) if i not in static)
+        dyn_kwargs = {k: v for k, v in kwargs.items() if k not in static_names}
+        return st, dyn_args, dyn_kwargs
+
+    def _rebuild(st, dyn_args, dyn_kwargs, args, kwargs):
+        it = iter(dyn_args)
+        full = [args[i] if i in static else next(it) for i in range(len(args))]
+        kw = dict(dyn_kwargs)
+        kw.update({k: kwargs[k] for k in static_names if k in kwargs})
+        return full, kw
+
+    def _lower(sig, st, args, kwargs, leaves, tree):
+        store = [None]
+
+        def flat(*xs):
+            dyn_args, dyn_kwargs = tree_unflatten(tree, list(xs))
+            full, kw = _rebuild(st, dyn_args, dyn_kwargs, args, kwargs)
+            out_leaves, out_tree = tree_flatten(fun(*full, **kw))
+            store[0] = out_tree
+            from .ad import _as_value
+            return [_as_value(o) for o in out_leaves]
+
+        if config.explain_retraces and cache:
+            log.warning(_explain(name, sig, list(cache)))
+        stats["traces"] += 1
+        expr, consts, _ = trace_to_expr(flat, list(sig.avals))
+        expr, consts = optimize(expr, consts)
+        donated = tuple(i for i, _ in enumerate(leaves) if _leaf_arg(tree, i) in donate)
+        return Lowered(ClosedExpr(expr, consts, tree, store[0]), sig.device, donated)
+
+    def _signature(args, kwargs):
+        st, dyn_args, dyn_kwargs = _split(args, kwargs)
+        leaves, tree = tree_flatten((dyn_args, dyn_kwargs))
+        from .ad import _as_value
+        vals = [_as_value(x) for x in leaves]
+        device = next((v.device for v in vals if isinstance(v, Array) and v.device != "cpu"),
+                      None) or core.default_device()
+        paths = ()
+        sig = _Signature(tree, tuple(aval_of(v) for v in vals), st, device, paths)
+        return sig, st, vals, tree
+
+    def lower(*args, **kwargs) -> Lowered:
+        sig, st, vals, tree = _signature(args, kwargs)
+        low = cache.get(sig)
+        if low is None:
+            if config.explain_retraces:
+                sig.paths = _paths(args, kwargs, st)
+            low = cache[sig] = _lower(sig, st, args, kwargs, vals, tree)
+        return low
+
+    @functools.wraps(fun)
+    def wrapped(*args, **kwargs):
+        sig, st, vals, tree = _signature(args, kwargs)
+        low = cache.get(sig)
+        if low is None:
+            if config.explain_retraces:
+                sig.paths = _paths(args, kwargs, st)
+            low = cache[sig] = _lower(sig, st, args, kwargs, vals, tree)
+        closed = low.closed
+        if any(isinstance(v, Tracer) for v in vals) or core.current_builder() is not None:
+            outs = eval_expr(closed.expr, vals, closed.consts)
+            return tree_unflatten(closed.out_tree, outs)
+        if config.debug_nans:
+            from .debug import eval_checking_nans
+            outs = eval_checking_nans(closed.expr, vals, closed.consts)
+            return tree_unflatten(closed.out_tree, outs)
+        if low._exe is None:
+            stats["compiles"] += 1
+        exe = low.compile()
+        stats["calls"] += 1
+        args_dev = [v if isinstance(v, Array) and v.device == low.device
+                    else core.to_array(np.asarray(v), low.device) for v in vals]
+        return tree_unflatten(closed.out_tree, exe(args_dev))
+
+    wrapped.lower = lower
+    wrapped.stats = lambda: dict(stats, cache_size=len(cache))
+    wrapped.clear_cache = cache.clear
+    wrapped._cache_size = lambda: len(cache)
+    return wrapped
+
+
+def _leaf_arg(tree, i):
+    """Which positional argument flat leaf i came from (for donate_argnums)."""
+    return _leaf_owner(tree)[i]
+
+
+@functools.lru_cache(maxsize=256)
+def _leaf_owner(tree):
+    dyn_args, dyn_kwargs = tree_unflatten(tree, list(range(tree.num_leaves)))
+    owner = {}
+    for argi, a in enumerate(dyn_args):
+        for leaf in tree_flatten(a)[0]:
+            owner[leaf] = argi
+    for leaf in tree_flatten(dyn_kwargs)[0]:
+        owner[leaf] = None
+    return owner
+
+
+def _paths(args, kwargs, st):
+    static_idx = {k for k, _ in st}
+    dyn = (tuple(a for i, a in enumerate(args) if i not in static_idx),
+           {k: v for k, v in kwargs.items() if k not in static_idx})
+    out = []
+    for path, _ in tree_flatten_with_path(dyn)[0]:
+        s = keystr(path)
+        out.append(s.replace("[0]", "args", 1) if s.startswith("[0]") else
+                   s.replace("[1]", "kwargs", 1))
+    return tuple(out)
+
+
+_ = Any

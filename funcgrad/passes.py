@@ -1,0 +1,206 @@
+"""Expression passes for jit: inlining, trivial algebra, constant folding, CSE, DCE, liveness."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import prims as P
+from .core import (Array, ArrayBase, Expr, Lit, Tracer, Var, current_tag, eqn_tag, new_builder,
+                   source_info)
+
+_FOLD_LIMIT = 1 << 12  # elements: larger constant results stay as equations
+
+
+def _concrete(x):
+    return not isinstance(x, Tracer)
+
+
+def _np(x):
+    return np.asarray(x) if isinstance(x, (Array, np.ndarray, np.generic)) else x
+
+
+def _key(x):
+    if isinstance(x, Tracer):
+        return ("v", id(x.var))
+    if isinstance(x, (np.ndarray, np.generic)) and np.ndim(x) == 0:
+        return ("lit", x.dtype.str, x.item())
+    return ("c", id(x))
+
+
+class _Rewriter:
+    """Re-binds every equation into a fresh builder, simplifying on the way."""
+
+    def __init__(self, builder):
+        self.b = builder
+        self.memo = {}
+        self.fills = {}  # id(var) -> scalar value of a broadcast literal
+
+    def fill_of(self, x):
+        if isinstance(x, Tracer):
+            return self.fills.get(id(x.var))
+        if isinstance(x, (np.ndarray, np.generic)) and np.ndim(x) == 0:
+            return x.item()
+        return None
+
+    def apply(self, prim, args, params):
+        if getattr(prim, "inline", None) is not None:
+            return prim.inline(*args, **params)
+        simple = self.simplify(prim, args, params)
+        if simple is not None:
+            return simple
+        effectful = getattr(prim, "effectful", False)
+        if not effectful and all(_concrete(a) for a in args) and args:
+            folded = self.fold(prim, args, params)
+            if folded is not None:
+                return folded
+        key = None
+        if not effectful:
+            try:
+                key = (prim, tuple(_key(a) for a in args), tuple(sorted(params.items())),
+                       current_tag())
+                hash(key)
+            except TypeError:
+                key = None
+            if key is not None and key in self.memo:
+                return self.memo[key]
+        out = prim.bind(*args, **params)
+        if key is not None:
+            self.memo[key] = out
+        if prim is P.broadcast_in_dim_p:
+            v = self.fill_of(args[0])
+            if v is not None:
+                self.fills[id(out.var)] = v
+        return out
+
+    def fold(self, prim, args, params):
+        from .core import _check, aval_of
+        aval = _check(prim, [aval_of(a) for a in args], params)
+        if aval.size > _FOLD_LIMIT or prim in (P.broadcast_in_dim_p, P.iota_p):
+            return None
+        vals = [_np(a) for a in args]
+        with np.errstate(all="ignore"):
+            try:
+                out = np.asarray(prim.impl(*vals, **params)).astype(aval.dtype)
+            except Exception:  # noqa: BLE001 - errors surface when the plan runs instead
+                return None
+        return out
+
+    def simplify(self, prim, args, params):
+        f = self.fill_of
+        if prim is P.mul_p:
+            if f(args[1]) == 1 and _same(args[0], args[1]):
+                return args[0]
+            if f(args[0]) == 1 and _same(args[1], args[0]):
+                return args[1]
+        elif prim is P.add_p:
+            if f(args[1]) == 0 and _same(args[0], args[1]):
+                return args[0]
+            if f(args[0]) == 0 and _same(args[1], args[0]):
+                return args[1]
+        elif prim in (P.sub_p,):
+            if f(args[1]) == 0 and _same(args[0], args[1]):
+                return args[0]
+        elif prim is P.div_p:
+            if f(args[1]) == 1 and _same(args[0], args[1]):
+                return args[0]
+        elif prim is P.broadcast_in_dim_p:
+            x = args[0]
+            if tuple(np.shape(x)) == tuple(params["shape"]):
+                return x
+            v = f(x)
+            if v is not None and isinstance(x, Tracer):  # broadcast of a broadcast scalar
+                return self.apply(prim, [np.asarray(v, x.dtype)],
+                                  dict(params, broadcast_dimensions=()))
+        elif prim is P.reshape_p:
+            if tuple(np.shape(args[0])) == tuple(params["new_sizes"]):
+                return args[0]
+        elif prim is P.transpose_p:
+            if tuple(params["permutation"]) == tuple(range(len(params["permutation"]))):
+                return args[0]
+        elif prim is P.convert_element_type_p:
+            if _dtype(args[0]) == params["new_dtype"]:
+                return args[0]
+        elif prim is P.stop_gradient_p:
+            return args[0]
+        elif prim is P.integer_pow_p and params["y"] == 1:
+            return args[0]
+        elif prim is P.select_p:
+            v = f(args[0])
+            if v is not None:
+                return args[1] if v else args[2]
+        return None
+
+
+def _same(x, y):
+    return tuple(np.shape(x)) == tuple(np.shape(y)) and _dtype(x) == _dtype(y)
+
+
+def _dtype(x):
+    return x.dtype if isinstance(x, ArrayBase) else np.asarray(x).dtype
+
+
+def optimize(expr: Expr, consts: list) -> tuple[Expr, list]:
+    """Inline call primitives, simplify, fold constants, CSE, then drop dead equations."""
+    with new_builder() as b:
+        rw = _Rewriter(b)
+        ins = [b.new_arg(v.aval) for v in expr.in_binders[expr.n_consts:]]
+        env = {}
+        for v, c in zip(expr.in_binders[:expr.n_consts], consts):
+            env[v] = c
+        for v, t in zip(expr.in_binders[expr.n_consts:], ins):
+            env[v] = t
+
+        def read(x):
+            return x.val if isinstance(x, Lit) else env[x]
+
+        for e in expr.eqns:
+            with source_info(e.src), eqn_tag(e.tag):
+                env[e.out] = rw.apply(e.prim, [read(x) for x in e.inputs], e.params)
+        new_expr, new_consts = b.build(ins, [read(o) for o in expr.outs])
+    return dce(new_expr, new_consts)
+
+
+def dce(expr: Expr, consts: list) -> tuple[Expr, list]:
+    """Remove equations whose results are unused (effectful ones stay) and unused constants."""
+    live = {o for o in expr.outs if isinstance(o, Var)}
+    keep = []
+    for e in reversed(expr.eqns):
+        if e.out in live or getattr(e.prim, "effectful", False):
+            keep.append(e)
+            live.update(x for x in e.inputs if isinstance(x, Var))
+    keep.reverse()
+    const_vars = expr.in_binders[:expr.n_consts]
+    used = [(v, c) for v, c in zip(const_vars, consts) if v in live]
+    ins = [v for v, _ in used] + expr.in_binders[expr.n_consts:]
+    return Expr(ins, keep, expr.outs, n_consts=len(used)), [c for _, c in used]
+
+
+def _nbytes(aval):
+    return aval.size * aval.dtype.itemsize
+
+
+def peak_bytes(expr: Expr) -> int:
+    """Peak bytes of live buffers when equations run in order and each intermediate is freed
+    after its last use (inputs and constants count throughout; aliasing ops count zero)."""
+    last = {}
+    for i, e in enumerate(expr.eqns):
+        for x in e.inputs:
+            if isinstance(x, Var):
+                last[x] = i
+    for o in expr.outs:
+        if isinstance(o, Var):
+            last[o] = len(expr.eqns)
+    base = sum(_nbytes(v.aval) for v in expr.in_binders)
+    live = 0
+    peak = base
+    sizes = {}
+    for i, e in enumerate(expr.eqns):
+        size = 0 if getattr(e.prim, "aliases_input", False) else _nbytes(e.out.aval)
+        sizes[e.out] = size
+        live += size
+        peak = max(peak, base + live)
+        for x in set(x for x in e.inputs if isinstance(x, Var)):
+            if last.get(x) == i and x in sizes:
+                live -= sizes.pop(x)
+        if e.out not in last:
+            live -= sizes.pop(e.out, 0)
+    return peak
