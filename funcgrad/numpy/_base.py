@@ -100,8 +100,8 @@ def result_type(*args):
 def _from_python(x, dtype):
     arr = np.asarray(x)
     if dtype is None:
-        if arr.dtype == np.float64 and not isinstance(x, np.ndarray):
-            arr = arr.astype(np.float32)  # Python floats default to float32
+        if arr.dtype == np.float64 and not isinstance(x, (np.ndarray, np.generic)):
+            arr = arr.astype(np.float32)  # Python floats default to float32 (numpy's keep f64)
         elif arr.dtype == np.int64 and not isinstance(x, (np.ndarray, np.generic)):
             arr = arr.astype(np.int32)  # Python ints default to int32
     else:

@@ -1,0 +1,470 @@
+"""The primitive spec table: how to build valid operands for every primitive, and how to compare.
+
+One row (a `PrimSpec`) per primitive in `funcgrad.core.PRIMITIVES`. Test files of every backend
+use it the same way:
+
+    from prim_specs import SPECS, SHAPE_CASES
+    spec = SPECS["dot_general"]
+    for shape in spec.shape_cases():
+        args, params = spec.make_args(rng, shape, dtype=np.float32)
+        want = spec.prim.impl(*args, **params)           # the numpy reference
+        rtol, atol = spec.tolerance(np.float32)           # for comparing another backend
+
+`make_args(rng, shape, dtype=None, for_grad=False)` returns numpy operands and the static params.
+`shape` is the "base" shape of the case (the operand's shape for unary/binary/reduction
+primitives, the output shape for broadcast_in_dim/iota, the lhs for dot_general); `for_grad=True`
+picks values and params where central differences are well defined (no ties at max/min, no
+operands at kinks, float->float casts only). Values lie in each primitive's domain (positive for
+log/sqrt, non-zero divisors, distinct values for max/min...). `dtypes` lists the dtypes to test
+(the first is the default); `diff_argnums` the operands gradients flow to (empty: not
+differentiable; its derivative is zero or undefined).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+import funcgrad  # noqa: F401  (registers every primitive)
+from funcgrad.core import PRIMITIVES, Primitive
+
+F16, F32, F64 = np.dtype("float16"), np.dtype("float32"), np.dtype("float64")
+I8, U8, I32, I64, U32 = (np.dtype(d) for d in ("int8", "uint8", "int32", "int64", "uint32"))
+BOOL = np.dtype("bool")
+FLOATS = (F32, F64)
+INTS = (I32, I64)
+NUMERIC = FLOATS + INTS
+
+# Shape cases every backend runs: scalars, size-0 and size-1 axes, ranks 1-3.
+SHAPE_CASES: tuple[tuple[int, ...], ...] = (
+    (), (1,), (0,), (5,), (2, 3), (1, 4), (3, 1), (0, 3), (2, 1, 3), (2, 0, 1), (2, 3, 4))
+
+# (rtol, atol) for comparing a backend against the numpy impl, by dtype.
+DEFAULT_TOL = {F16: (1e-2, 1e-3), F32: (1e-5, 1e-6), F64: (1e-12, 1e-14)}
+# (eps, atol, rtol) for funcgrad.test_util.check_grads in float64.
+DEFAULT_GRAD_TOL = dict(eps=1e-4, atol=1e-6, rtol=1e-5)
+
+MakeFn = Callable[[np.random.Generator, tuple, np.dtype, bool], tuple[list, dict]]
+
+
+@dataclasses.dataclass(frozen=True)
+class PrimSpec:
+    """How to test one primitive.
+
+    Attributes:
+        name: the primitive's name (key of funcgrad.core.PRIMITIVES).
+        make: make(rng, shape, dtype, for_grad) -> (operands, params).
+        dtypes: operand dtypes to test; the first is the default.
+        diff_argnums: operands that gradients flow to (empty: not differentiable).
+        domain: a word on the operand values (documentation; make() enforces it).
+        min_ndim: smallest rank of `shape` the primitive accepts.
+        supports_shape: extra predicate on `shape` (e.g. needs a non-empty axis).
+        tol: per-dtype (rtol, atol) overrides of DEFAULT_TOL for cross-backend comparisons.
+        grad_tol: overrides of DEFAULT_GRAD_TOL (eps, atol, rtol) for check_grads.
+        grad_order: highest derivative order checked.
+    """
+    name: str
+    make: MakeFn
+    dtypes: tuple = FLOATS
+    diff_argnums: tuple = ()
+    domain: str = "real"
+    min_ndim: int = 0
+    supports_shape: Optional[Callable[[tuple], bool]] = None
+    tol: dict = dataclasses.field(default_factory=dict)
+    grad_tol: dict = dataclasses.field(default_factory=dict)
+    grad_order: int = 2
+
+    @property
+    def prim(self) -> Primitive:
+        return PRIMITIVES[self.name]
+
+    @property
+    def differentiable(self) -> bool:
+        return bool(self.diff_argnums)
+
+    def supports(self, shape: Sequence[int]) -> bool:
+        shape = tuple(shape)
+        return len(shape) >= self.min_ndim and (self.supports_shape is None
+                                                or self.supports_shape(shape))
+
+    def shape_cases(self) -> list[tuple[int, ...]]:
+        """The entries of SHAPE_CASES this primitive supports."""
+        return [s for s in SHAPE_CASES if self.supports(s)]
+
+    def make_args(self, rng: np.random.Generator, shape_case: Sequence[int], dtype=None,
+                  for_grad: bool = False) -> tuple[list, dict]:
+        """Random valid operands (numpy arrays) and static params for a shape case."""
+        shape = tuple(int(s) for s in shape_case)
+        if not self.supports(shape):
+            raise ValueError(f"{self.name} does not support shape {shape}")
+        dtype = np.dtype(dtype) if dtype is not None else self.dtypes[0]
+        return self.make(rng, shape, dtype, for_grad)
+
+    def tolerance(self, dtype) -> tuple[float, float]:
+        """(rtol, atol) for comparing another backend's result with the numpy impl."""
+        dtype = np.dtype(dtype)
+        if dtype in self.tol:
+            return self.tol[dtype]
+        return DEFAULT_TOL.get(dtype, (0.0, 0.0))
+
+    def grad_tolerance(self) -> dict:
+        return {**DEFAULT_GRAD_TOL, **self.grad_tol}
+
+
+# ---------------------------------------------------------------------------------------------
+# operand generators
+# ---------------------------------------------------------------------------------------------
+
+def rand(rng, shape, dtype, domain="real"):
+    """Random values of `dtype` in a domain: real, positive, nonzero, unit (|x| < 0.9),
+    distinct (no two equal), special (includes inf/nan), any-int (full range)."""
+    dtype = np.dtype(dtype)
+    shape = tuple(shape)
+    n = math.prod(shape)
+    if dtype == BOOL:
+        return rng.random(shape) < 0.5
+    if domain == "distinct":
+        vals = rng.permutation(n).astype(np.float64) - n // 2
+        if dtype.kind == "f":
+            vals = vals * 0.37 + 0.05
+        return vals.reshape(shape).astype(dtype)
+    if dtype.kind in "iu":
+        lo, hi = {"positive": (1, 6), "nonzero": (1, 6)}.get(domain, (-5, 6))
+        if dtype.kind == "u":
+            lo = max(lo, 0)
+        x = rng.integers(lo, hi, size=shape)
+        if domain == "nonzero":
+            x = x * rng.choice([-1, 1] if dtype.kind == "i" else [1], size=shape)
+        return np.asarray(x).astype(dtype)
+    if domain == "positive":
+        x = rng.uniform(0.5, 2.0, size=shape)
+    elif domain == "nonzero":
+        x = rng.uniform(0.5, 2.0, size=shape) * rng.choice([-1.0, 1.0], size=shape)
+    elif domain == "unit":
+        x = rng.uniform(-0.9, 0.9, size=shape)
+    elif domain == "special":
+        x = rng.standard_normal(shape)
+        x.flat[::3] = np.array([np.inf, -np.inf, np.nan] * n)[:len(x.flat[::3])]
+    else:
+        x = rng.standard_normal(shape)
+    return np.asarray(x).astype(dtype)
+
+
+def _away_from_ties(rng, shape, dtype):
+    """x, y with |x - y| >= 0.1 everywhere (max/min differentiable)."""
+    x = rand(rng, shape, dtype)
+    gap = (rng.uniform(0.1, 1.0, size=shape) * rng.choice([-1, 1], size=shape))
+    return x, (x + gap).astype(dtype) if dtype.kind == "f" else (x + np.sign(gap).astype(
+        dtype)).astype(dtype)
+
+
+def _subset(rng, n, allowed=None):
+    """A random subset of range(n) (of `allowed`), in random order."""
+    pool = list(range(n)) if allowed is None else list(allowed)
+    k = int(rng.integers(0, len(pool) + 1))
+    return tuple(int(a) for a in rng.permutation(pool)[:k])
+
+
+def unary(domain="real", grad_domain=None):
+    def make(rng, shape, dtype, for_grad):
+        return [rand(rng, shape, dtype, grad_domain if for_grad and grad_domain else domain)], {}
+    return make
+
+
+def binary(dom_x="real", dom_y="real"):
+    def make(rng, shape, dtype, for_grad):
+        return [rand(rng, shape, dtype, dom_x), rand(rng, shape, dtype, dom_y)], {}
+    return make
+
+
+def _make_minmax(rng, shape, dtype, for_grad):
+    if for_grad:
+        return list(_away_from_ties(rng, shape, dtype)), {}
+    x = rand(rng, shape, dtype)
+    y = np.where(rng.random(shape) < 0.3, x, rand(rng, shape, dtype)).astype(dtype)  # some ties
+    return [x, y], {}
+
+
+def _make_rem(rng, shape, dtype, for_grad):
+    if dtype.kind in "iu":
+        return [rand(rng, shape, dtype), rand(rng, shape, dtype)], {}  # y == 0 gives 0 (lax)
+    y = rand(rng, shape, dtype, "nonzero")
+    q = rng.integers(-3, 4, size=shape) + rng.uniform(0.2, 0.8, size=shape)  # x/y off integers
+    return [(q * y).astype(dtype), y], {}
+
+
+def _make_div(rng, shape, dtype, for_grad):
+    if dtype.kind in "iu":
+        return [rand(rng, shape, dtype), rand(rng, shape, dtype)], {}  # y == 0 gives 0 (lax)
+    return [rand(rng, shape, dtype), rand(rng, shape, dtype, "nonzero")], {}
+
+
+def _make_integer_pow(rng, shape, dtype, for_grad):
+    if dtype.kind in "iu":
+        return [rand(rng, shape, dtype)], {"y": int(rng.choice([0, 1, 2, 3]))}
+    y = int(rng.choice([0, 1, 2, 3, -1, -2, 5]))
+    return [rand(rng, shape, dtype, "nonzero" if y < 0 else "real")], {"y": y}
+
+
+def _make_convert(rng, shape, dtype, for_grad):
+    if for_grad:
+        return [rand(rng, shape, dtype)], {"new_dtype": F64}
+    targets = [F32, F64, I32, BOOL] if dtype.kind == "f" else [F32, I32, I64, BOOL]
+    new = np.dtype(targets[int(rng.integers(len(targets)))])
+    x = rand(rng, shape, dtype)
+    if dtype.kind == "f" and new.kind in "iu":
+        x = (x * 4).astype(dtype)  # float -> int truncates toward zero
+    return [x], {"new_dtype": new}
+
+
+def _make_select(rng, shape, dtype, for_grad):
+    return [rand(rng, shape, BOOL), rand(rng, shape, dtype), rand(rng, shape, dtype)], {}
+
+
+def _make_shift(rng, shape, dtype, for_grad):
+    bits = dtype.itemsize * 8
+    # shifts in [0, bits) plus a few out of range (lax: they give 0)
+    y = rng.integers(-2, bits + 3, size=shape).astype(dtype) if dtype.kind == "i" else \
+        rng.integers(0, bits + 3, size=shape).astype(dtype)
+    x = rng.integers(np.iinfo(dtype).min // 2, np.iinfo(dtype).max // 2, size=shape,
+                     dtype=np.int64 if dtype.kind == "i" else np.uint64).astype(dtype)
+    return [x, y], {}
+
+
+def _make_bid(rng, shape, dtype, for_grad):
+    nd = len(shape)
+    dims = tuple(sorted(_subset(rng, nd)))
+    operand = tuple(1 if rng.random() < 0.3 else shape[d] for d in dims)
+    return [rand(rng, operand, dtype)], {"shape": shape, "broadcast_dimensions": dims}
+
+
+def _make_reshape(rng, shape, dtype, for_grad):
+    n = math.prod(shape)
+    options = [tuple(shape[::-1]), (n,), tuple(shape) + (1,), (1,) + tuple(shape)]
+    if len(shape) >= 2:
+        options.append((shape[0] * shape[1],) + tuple(shape[2:]))
+    new = options[int(rng.integers(len(options)))]
+    return [rand(rng, shape, dtype)], {"new_sizes": tuple(int(s) for s in new)}
+
+
+def _make_transpose(rng, shape, dtype, for_grad):
+    perm = tuple(int(p) for p in rng.permutation(len(shape)))
+    return [rand(rng, shape, dtype)], {"permutation": perm}
+
+
+def _make_reduce(domain="real", nonempty=False):
+    def make(rng, shape, dtype, for_grad):
+        allowed = [i for i, s in enumerate(shape) if s > 0] if nonempty else None
+        axes = _subset(rng, len(shape), allowed)
+        dom = "distinct" if for_grad and domain == "real" and nonempty else domain
+        return [rand(rng, shape, dtype, dom)], {"axes": axes}
+    return make
+
+
+def _has_nonempty_axis(shape):
+    return any(s > 0 for s in shape)
+
+
+def _make_arg(rng, shape, dtype, for_grad):
+    axis = int(rng.choice([i for i, s in enumerate(shape) if s > 0]))
+    dom = "distinct" if rng.random() < 0.5 else "real"
+    return [rand(rng, shape, dtype, dom)], {"axis": axis, "index_dtype": I32}
+
+
+def _make_slice(rng, shape, dtype, for_grad):
+    starts, limits, strides = [], [], []
+    for n in shape:
+        s = int(rng.integers(0, n + 1))
+        starts.append(s)
+        limits.append(int(rng.integers(s, n + 1)))
+        strides.append(int(rng.integers(1, 4)))
+    return [rand(rng, shape, dtype)], {"start_indices": tuple(starts),
+                                       "limit_indices": tuple(limits), "strides": tuple(strides)}
+
+
+def _make_pad(rng, shape, dtype, for_grad):
+    cfg = tuple((int(rng.integers(0, 3)), int(rng.integers(0, 3)), int(rng.integers(0, 3)))
+                for _ in shape)
+    value = 0.0 if for_grad else float(rng.choice([0.0, -1.0, 2.0]))
+    return [rand(rng, shape, dtype)], {"padding_config": cfg, "value": value}
+
+
+def _make_concat(rng, shape, dtype, for_grad):
+    dim = int(rng.integers(len(shape)))
+    k = int(rng.integers(1, 4))
+    xs = [rand(rng, shape, dtype)]
+    for _ in range(k - 1):
+        s = list(shape)
+        s[dim] = int(rng.integers(0, 4))
+        xs.append(rand(rng, s, dtype))
+    return xs, {"dimension": dim}
+
+
+def _make_rev(rng, shape, dtype, for_grad):
+    return [rand(rng, shape, dtype)], {"dimensions": tuple(sorted(_subset(rng, len(shape))))}
+
+
+def _make_iota(rng, shape, dtype, for_grad):
+    return [], {"dtype": dtype, "shape": shape, "dimension": int(rng.integers(len(shape)))}
+
+
+def _index_shape(rng, n):
+    """A small index shape; empty when the indexed axis is empty."""
+    options = [(), (3,), (2, 2), (0,), (1,)] if n else [(0,), (2, 0)]
+    return options[int(rng.integers(len(options)))]
+
+
+def _indices(rng, n, shape):
+    return rng.integers(-n, n, size=shape).astype(I32) if n else np.zeros(shape, I32)
+
+
+def _make_take(rng, shape, dtype, for_grad):
+    axis = int(rng.integers(len(shape)))
+    n = shape[axis]
+    idx = _indices(rng, n, _index_shape(rng, n))
+    return [rand(rng, shape, dtype), idx], {"axis": axis}
+
+
+def _make_scatter(unique):
+    def make(rng, shape, dtype, for_grad):
+        axis = int(rng.integers(len(shape)))
+        n = shape[axis]
+        ishape = _index_shape(rng, n)
+        if unique:  # scatter (set) with repeated indices keeps an unspecified update
+            k = math.prod(ishape)
+            if k > n:
+                ishape, k = (n,), n
+            pos = rng.permutation(n)[:k]
+            neg = rng.random(k) < 0.5
+            idx = np.where(neg, pos - n, pos).astype(I32).reshape(ishape)
+        else:
+            idx = _indices(rng, n, ishape)
+        upd_shape = shape[:axis] + tuple(ishape) + shape[axis + 1:]
+        return [rand(rng, shape, dtype), idx, rand(rng, upd_shape, dtype)], {"axis": axis}
+    return make
+
+
+def _make_dot(rng, shape, dtype, for_grad):
+    nd = len(shape)
+    roles = rng.integers(0, 3, size=nd)  # 0 batch, 1 contract, 2 free
+    lb = tuple(i for i in range(nd) if roles[i] == 0)
+    lc = tuple(int(i) for i in rng.permutation([i for i in range(nd) if roles[i] == 1]))
+    y_axes = [("b", i) for i in lb] + [("c", i) for i in lc] + [
+        ("f", int(rng.integers(0, 4))) for _ in range(int(rng.integers(0, 3)))]
+    order = rng.permutation(len(y_axes))
+    y_axes = [y_axes[i] for i in order]
+    y_shape = tuple(shape[i] if kind != "f" else i for kind, i in y_axes)
+    rb = tuple(y_axes.index(("b", i)) for i in lb)
+    rc = tuple(y_axes.index(("c", i)) for i in lc)
+    x, y = rand(rng, shape, dtype), rand(rng, y_shape, dtype)
+    return [x, y], {"dimension_numbers": ((lc, rc), (lb, rb))}
+
+
+# ---------------------------------------------------------------------------------------------
+# the table
+# ---------------------------------------------------------------------------------------------
+
+def _specs() -> dict[str, PrimSpec]:
+    s: dict[str, PrimSpec] = {}
+
+    def add(name, make, **kw):
+        s[name] = PrimSpec(name, make, **kw)
+
+    f32_loose = {F32: (2e-5, 1e-6)}
+    # elementwise unary
+    add("neg", unary(), dtypes=NUMERIC, diff_argnums=(0,))
+    add("exp", unary(), diff_argnums=(0,), tol=f32_loose)
+    add("log", unary("positive"), diff_argnums=(0,), domain="positive", tol=f32_loose)
+    add("log1p", unary("unit"), diff_argnums=(0,), domain="(-1, inf): |x| < 0.9", tol=f32_loose)
+    add("expm1", unary(), diff_argnums=(0,), tol=f32_loose)
+    add("tanh", unary(), diff_argnums=(0,), tol=f32_loose)
+    add("logistic", unary(), diff_argnums=(0,), tol=f32_loose)
+    add("sin", unary(), diff_argnums=(0,), tol=f32_loose)
+    add("cos", unary(), diff_argnums=(0,), tol=f32_loose)
+    add("sqrt", unary("positive"), diff_argnums=(0,), domain="positive")
+    add("rsqrt", unary("positive"), diff_argnums=(0,), domain="positive", tol=f32_loose)
+    add("erf", unary(), diff_argnums=(0,), tol=f32_loose)
+    add("abs", unary("real", grad_domain="nonzero"), dtypes=NUMERIC, diff_argnums=(0,),
+        domain="real; nonzero for gradients")
+    add("sign", unary(), dtypes=NUMERIC)
+    add("floor", unary("special"), domain="real, inf, nan")
+    add("round", unary(), domain="real")
+    add("isfinite", unary("special"), domain="real, inf, nan")
+    add("not", unary(), dtypes=(BOOL, I32, U8))
+    add("stop_gradient", unary(), dtypes=NUMERIC + (BOOL,))
+    add("convert_element_type", _make_convert, dtypes=FLOATS + (I32, BOOL), diff_argnums=(0,),
+        domain="float->float casts for gradients")
+    add("integer_pow", _make_integer_pow, dtypes=FLOATS + (I32,), diff_argnums=(0,),
+        domain="nonzero for negative powers; integers only to powers >= 0")
+    # elementwise binary
+    add("add", binary(), dtypes=NUMERIC + (U8,), diff_argnums=(0, 1))
+    add("sub", binary(), dtypes=NUMERIC, diff_argnums=(0, 1))
+    add("mul", binary(), dtypes=NUMERIC, diff_argnums=(0, 1))
+    add("div", _make_div, dtypes=NUMERIC, diff_argnums=(0, 1),
+        domain="non-zero divisors (integers: y == 0 gives 0)")
+    add("rem", _make_rem, dtypes=NUMERIC, diff_argnums=(0, 1),
+        domain="non-zero divisors, x/y away from integers")
+    add("pow", binary("positive", "real"), diff_argnums=(0, 1), domain="x > 0", tol=f32_loose)
+    add("max", _make_minmax, dtypes=NUMERIC + (BOOL,), diff_argnums=(0, 1),
+        domain="ties allowed; none for gradients")
+    add("min", _make_minmax, dtypes=NUMERIC + (BOOL,), diff_argnums=(0, 1),
+        domain="ties allowed; none for gradients")
+    for cmp in ("eq", "ne", "lt", "le", "gt", "ge"):
+        add(cmp, _make_minmax, dtypes=NUMERIC + (BOOL,))
+    for bit in ("and", "or", "xor"):
+        add(bit, binary(), dtypes=(BOOL, I32, U8))
+    add("shift_left", _make_shift, dtypes=(I32, U32, U8), domain="shifts in [-2, bits + 2]")
+    add("shift_right_logical", _make_shift, dtypes=(I32, U32, U8),
+        domain="shifts in [-2, bits + 2]")
+    add("select", _make_select, dtypes=NUMERIC + (BOOL,), diff_argnums=(1, 2))
+    # shapes
+    add("broadcast_in_dim", _make_bid, dtypes=NUMERIC + (BOOL,), diff_argnums=(0,),
+        domain="shape_case is the output shape")
+    add("reshape", _make_reshape, dtypes=NUMERIC + (BOOL,), diff_argnums=(0,))
+    add("transpose", _make_transpose, dtypes=NUMERIC + (BOOL,), diff_argnums=(0,))
+    # reductions
+    add("reduce_sum", _make_reduce(), dtypes=NUMERIC, diff_argnums=(0,),
+        tol={F32: (1e-5, 1e-5)})
+    add("reduce_max", _make_reduce(nonempty=True), dtypes=NUMERIC + (BOOL,), diff_argnums=(0,),
+        domain="reduced axes non-empty; distinct values for gradients")
+    add("reduce_min", _make_reduce(nonempty=True), dtypes=NUMERIC + (BOOL,), diff_argnums=(0,),
+        domain="reduced axes non-empty; distinct values for gradients")
+    add("reduce_prod", _make_reduce("nonzero"), dtypes=NUMERIC, diff_argnums=(0,),
+        domain="|x| in [0.5, 2]", tol={F32: (1e-5, 1e-6)})
+    add("argmax", _make_arg, dtypes=NUMERIC + (BOOL,), min_ndim=1,
+        supports_shape=_has_nonempty_axis, domain="the reduced axis is non-empty")
+    add("argmin", _make_arg, dtypes=NUMERIC + (BOOL,), min_ndim=1,
+        supports_shape=_has_nonempty_axis, domain="the reduced axis is non-empty")
+    # slicing and friends
+    add("slice", _make_slice, dtypes=NUMERIC + (BOOL,), diff_argnums=(0,))
+    add("pad", _make_pad, dtypes=NUMERIC, diff_argnums=(0,))
+    add("concatenate", _make_concat, dtypes=NUMERIC + (BOOL,), diff_argnums=(0, 1, 2),
+        min_ndim=1, domain="1-3 operands (diff_argnums: all of them)")
+    add("rev", _make_rev, dtypes=NUMERIC + (BOOL,), diff_argnums=(0,))
+    add("iota", _make_iota, dtypes=(I32, I64, F32), min_ndim=1,
+        domain="no operands; shape_case is the output shape")
+    # gather / scatter
+    add("take", _make_take, dtypes=NUMERIC + (BOOL,), diff_argnums=(0,), min_ndim=1,
+        domain="indices in [-n, n)")
+    add("scatter_add", _make_scatter(False), dtypes=NUMERIC, diff_argnums=(0, 2), min_ndim=1,
+        domain="indices in [-n, n), repeats allowed")
+    add("scatter", _make_scatter(True), dtypes=NUMERIC + (BOOL,), diff_argnums=(0, 2),
+        min_ndim=1, domain="distinct indices in [-n, n)")
+    # contraction
+    add("dot_general", _make_dot, dtypes=FLOATS + (I32,), diff_argnums=(0, 1),
+        domain="random batch/contract/free roles for the lhs axes; shape_case is the lhs",
+        tol={F32: (1e-4, 1e-5)})
+    return s
+
+
+SPECS: dict[str, PrimSpec] = _specs()
+
+
+def hypothesis_shapes(spec: PrimSpec, max_ndim: int = 3, max_side: int = 4):
+    """A hypothesis strategy of shapes the primitive supports (0- and 1-sized axes included)."""
+    from hypothesis import strategies as st
+    side = st.integers(0, max_side)
+    return (st.lists(side, min_size=spec.min_ndim, max_size=max(max_ndim, spec.min_ndim))
+            .map(tuple).filter(spec.supports))
