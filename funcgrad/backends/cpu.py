@@ -41,3 +41,81 @@ class CpuBackend:
 
     def synchronize(self):
         pass
+
+
+class CpuPlan:
+    """A jitted expression as a flat list of numpy calls over numbered slots.
+
+    Each intermediate slot is released after its last use, so peak memory follows the plan.
+    """
+
+    def __init__(self, expr, consts):
+        from ..core import Lit
+        slot = {}
+        self.init = []  # (slot, value) for constants and literals
+        n = 0
+        for v, c in zip(expr.in_binders[:expr.n_consts], consts):
+            slot[v] = n
+            self.init.append((n, np.asarray(c)))
+            n += 1
+        self.arg_slots = []
+        for v in expr.in_binders[expr.n_consts:]:
+            slot[v] = n
+            self.arg_slots.append(n)
+            n += 1
+        last = {}
+        for i, e in enumerate(expr.eqns):
+            for x in e.inputs:
+                if not isinstance(x, Lit):
+                    last[x] = i
+        keep = {o for o in expr.outs if not isinstance(o, Lit)}
+        self.steps = []
+        for i, e in enumerate(expr.eqns):
+            ins = []
+            for x in e.inputs:
+                if isinstance(x, Lit):
+                    self.init.append((n, x.val))
+                    ins.append(n)
+                    n += 1
+                else:
+                    ins.append(slot[x])
+            slot[e.out] = n
+            n += 1
+            free = tuple(slot[x] for x in set(e.inputs) if not isinstance(x, Lit)
+                         and last.get(x) == i and x not in keep
+                         and x not in expr.in_binders)
+            self.steps.append((e.prim.impl, tuple(ins), e.params, slot[e.out], free, e))
+        self.out_slots = [slot[o] for o in expr.outs]
+        self.out_avals = [o.aval for o in expr.outs]
+        self.n = n
+
+    def __call__(self, args):
+        from ..core import Array
+        vals = [None] * self.n
+        for s, v in self.init:
+            vals[s] = v
+        for s, a in zip(self.arg_slots, args):
+            vals[s] = a.buf
+        with np.errstate(all="ignore"):
+            for fn, ins, params, out, free, e in self.steps:
+                try:
+                    vals[out] = fn(*[vals[i] for i in ins], **params)
+                except (IndexOutOfRange, ValueError) as err:
+                    kind = IndexError if isinstance(err, IndexOutOfRange) else FuncgradError
+                    raise kind(f"{err}\n  at {e.src}") from None
+                for f in free:
+                    vals[f] = None
+        res = []
+        for s, aval in zip(self.out_slots, self.out_avals):
+            out = np.asarray(vals[s])
+            if out.dtype != aval.dtype:
+                out = out.astype(aval.dtype)
+            res.append(Array(out, aval, "cpu"))
+        return res
+
+
+def _compile(self, expr, consts, donate=()):
+    return CpuPlan(expr, consts)
+
+
+CpuBackend.compile = _compile
