@@ -8,6 +8,7 @@ import numpy as np
 
 from . import core
 from .core import Array, ClosedExpr, aval_of, trace_to_expr
+from .passes import dce
 from .tree_util import tree_flatten, tree_unflatten
 
 
@@ -40,6 +41,7 @@ def make_jaxpr(fun: Callable, static_argnums=()) -> Callable:
             return [_as_value(o) for o in out_leaves]
 
         expr, consts, _ = trace_to_expr(flat, [aval_of(x) for x in leaves])
+        expr, consts = dce(expr, consts)  # drop cotangents nobody asked for (e.g. of literals)
         return ClosedExpr(expr, consts, in_tree, store[0])
 
     return wrapped
