@@ -41,7 +41,8 @@ def make_jaxpr(fun: Callable, static_argnums=()) -> Callable:
             return [_as_value(o) for o in out_leaves]
 
         expr, consts, _ = trace_to_expr(flat, [aval_of(x) for x in leaves])
-        expr, consts = dce(expr, consts)  # drop cotangents nobody asked for (e.g. of literals)
+        # drop backward equations nobody needs (cotangents of literals); the forward stays
+        expr, consts = dce(expr, consts, removable=lambda e: "(backward of " in e.src)
         return ClosedExpr(expr, consts, in_tree, store[0])
 
     return wrapped

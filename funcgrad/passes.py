@@ -52,6 +52,12 @@ class _Rewriter:
             folded = self.fold(prim, args, params)
             if folded is not None:
                 return folded
+        if not effectful and prim.kind == "elementwise" and args:
+            fills = [self.fill_of(a) for a in args]
+            if all(v is not None for v in fills):  # every operand a broadcast scalar
+                folded = self.fold_fills(prim, args, fills, params)
+                if folded is not None:
+                    return folded
         key = None
         if not effectful:
             try:
@@ -83,6 +89,19 @@ class _Rewriter:
             except Exception:  # noqa: BLE001 - errors surface when the plan runs instead
                 return None
         return out
+
+    def fold_fills(self, prim, args, fills, params):
+        """An elementwise op of broadcast scalars is a broadcast of the op on the scalars."""
+        from .core import _check, aval_of
+        aval = _check(prim, [aval_of(a) for a in args], params)
+        scalars = [np.asarray(v, _dtype(a)) for v, a in zip(fills, args)]
+        with np.errstate(all="ignore"):
+            try:
+                out = np.asarray(prim.impl(*scalars, **params)).astype(aval.dtype)
+            except Exception:  # noqa: BLE001 - errors surface when the plan runs instead
+                return None
+        return self.apply(P.broadcast_in_dim_p, [out],
+                          dict(shape=tuple(aval.shape), broadcast_dimensions=()))
 
     def simplify(self, prim, args, params):
         f = self.fill_of
@@ -159,12 +178,14 @@ def optimize(expr: Expr, consts: list) -> tuple[Expr, list]:
     return dce(new_expr, new_consts)
 
 
-def dce(expr: Expr, consts: list) -> tuple[Expr, list]:
-    """Remove equations whose results are unused (effectful ones stay) and unused constants."""
+def dce(expr: Expr, consts: list, removable=None) -> tuple[Expr, list]:
+    """Remove equations whose results are unused (effectful ones stay) and unused constants;
+    `removable(eqn)` may restrict which dead equations go."""
     live = {o for o in expr.outs if isinstance(o, Var)}
     keep = []
     for e in reversed(expr.eqns):
-        if e.out in live or getattr(e.prim, "effectful", False):
+        if (e.out in live or getattr(e.prim, "effectful", False)
+                or (removable is not None and not removable(e))):
             keep.append(e)
             live.update(x for x in e.inputs if isinstance(x, Var))
     keep.reverse()

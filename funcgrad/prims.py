@@ -61,7 +61,9 @@ def eq(x, y): return bind(eq_p, x, y)
 def convert(x, dtype): return bind(convert_element_type_p, x, new_dtype=np.dtype(dtype))
 def reduce_sum(x, axes): return bind(reduce_sum_p, x, axes=tuple(axes))
 def reshape(x, shape): return bind(reshape_p, x, new_sizes=tuple(shape))
-def transpose(x, perm): return bind(transpose_p, x, permutation=tuple(perm))
+def transpose(x, perm):
+    perm = tuple(int(p) for p in perm)
+    return x if perm == tuple(range(len(perm))) else bind(transpose_p, x, permutation=perm)
 
 
 def broadcast_in_dim(x, shape, dims):
@@ -887,25 +889,17 @@ def _dot_shape(x, y, *, dimension_numbers):
 
 
 def _dot_impl(x, y, *, dimension_numbers):
+    # as one batched matmul: x -> [batch, free, contract], y -> [batch, contract, free]
     lc, rc, lb, rb, lf, rf = _dot_dims(x, y, dimension_numbers)
-    letters = iter("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
-    xs = [None] * x.ndim
-    ys = [None] * y.ndim
-    for a, b in zip(lb, rb):
-        xs[a] = ys[b] = next(letters)
-    for a, b in zip(lc, rc):
-        xs[a] = ys[b] = next(letters)
-    for a in lf:
-        xs[a] = next(letters)
-    for b in rf:
-        ys[b] = next(letters)
-    out = "".join(xs[a] for a in lb) + "".join(xs[a] for a in lf) + "".join(ys[b] for b in rf)
-    spec = f"{''.join(xs)},{''.join(ys)}->{out}"
-    if x.size == 0 or y.size == 0:
-        shape = _dot_shape(ShapedArray(x.shape, x.dtype), ShapedArray(y.shape, y.dtype),
-                           dimension_numbers=dimension_numbers).shape
-        return np.zeros(shape, x.dtype)
-    return np.einsum(spec, x, y, optimize=True).astype(x.dtype, copy=False)
+    bs = [x.shape[i] for i in lb]
+    m = math.prod(x.shape[i] for i in lf)
+    k = math.prod(x.shape[i] for i in lc)
+    n = math.prod(y.shape[i] for i in rf)
+    xt = np.transpose(x, list(lb) + lf + list(lc)).reshape(bs + [m, k])
+    yt = np.transpose(y, list(rb) + list(rc) + rf).reshape(bs + [k, n])
+    out = np.matmul(xt, yt) if k else np.zeros(bs + [m, n], x.dtype)
+    return out.reshape(bs + [x.shape[i] for i in lf] + [y.shape[i] for i in rf]).astype(
+        x.dtype, copy=False)
 
 
 def dot_general(x, y, dimension_numbers):
