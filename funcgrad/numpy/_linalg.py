@@ -7,7 +7,7 @@ import numpy as np
 
 from .. import prims as P
 from ..core import bind, type_error
-from ._base import asarray, broadcast_shapes, broadcast_to, promote_args, reshape, result_type
+from ._base import asarray, broadcast_shapes, broadcast_to, reshape, result_type
 from ._shape import transpose
 from ._ufuncs import sqrt, sum
 
@@ -80,8 +80,8 @@ def inner(a, b):
 
 def outer(a, b):
     """numpy.outer of the flattened operands."""
-    a, b = promote_args("outer", reshape(asarray(a), (-1,)), reshape(asarray(b), (-1,)))
-    return reshape(a, (-1, 1)) * reshape(b, (1, -1))
+    a, b = _promote2("outer", reshape(asarray(a), (-1,)), reshape(asarray(b), (-1,)))
+    return reshape(a, (-1, 1)) * reshape(b, (1, -1))  # (m, 1) * (1, n) broadcasts to (m, n)
 
 
 def tensordot(a, b, axes=2):
@@ -140,7 +140,7 @@ def _sum_unused(x, s, keep):
     axes = tuple(i for i, c in enumerate(s) if c not in keep)
     if not axes:
         return x, s
-    return sum(x, axes), "".join(c for c in s if c not in keep)
+    return sum(x, axes), "".join(c for c in s if c in keep)
 
 
 def _contract(x, sx, y, sy, keep):
@@ -180,7 +180,7 @@ def einsum(subscripts, *operands, optimize=None, precision=None):
             if sizes.get(c, 1) != 1 and n != 1 and sizes[c] != n:
                 raise type_error("einsum", f"label {c!r} has sizes {sizes[c]} and {n}",
                                  [x.aval for x in ops])
-            sizes[c] = max(sizes.get(c, 1), n) if n != 1 or c not in sizes else sizes[c]
+            sizes[c] = n if n != 1 or c not in sizes else sizes[c]  # 1 broadcasts (also to 0)
     ops = [broadcast_to(o, [sizes[c] for c in s]) for s, o in zip(terms, ops)]
     x, sx = ops[0], terms[0]
     for k in range(1, len(ops)):

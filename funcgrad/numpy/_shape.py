@@ -224,12 +224,11 @@ def take_along_axis(arr, indices, axis):
     idx = broadcast_to(idx, i_shape)
     n = a.shape[ax]
     dt = idx.dtype
-    lin = checked_index(idx, n)
     strides = np.cumprod([1] + a_shape[::-1])[::-1][1:]
+    lin = checked_index(idx, n)
+    lin = lin * int(strides[ax]) if strides[ax] != 1 else lin  # before the other axes' terms
     for d in range(a.ndim):
-        if d == ax:
-            lin = lin * int(strides[d]) if strides[d] != 1 else lin
-        else:
+        if d != ax:
             pos = bind(P.iota_p, dtype=dt, shape=tuple(i_shape), dimension=d)
             lin = lin + pos * int(strides[d])
     lin = guard_index(idx, n, lin, a.size)
