@@ -362,6 +362,28 @@ def _make_dot(rng, shape, dtype, for_grad):
     return [x, y], {"dimension_numbers": ((lc, rc), (lb, rb))}
 
 
+def _make_rows(rng, shape, dtype, for_grad):
+    return [rand(rng, shape, dtype, "distinct" if for_grad else "real")], {}
+
+
+def _xent_ok(shape):
+    return len(shape) >= 1 and (shape[-1] > 0 or math.prod(shape[:-1]) == 0)
+
+
+def _make_xent(rng, shape, dtype, for_grad):
+    n = shape[-1]
+    labels = rng.integers(0, max(n, 1), size=shape[:-1]).astype(I32)
+    return [rand(rng, shape, dtype), labels], {}
+
+
+def _make_norm(n_vecs):
+    def make(rng, shape, dtype, for_grad):
+        x = rand(rng, shape, dtype, "distinct" if for_grad else "real")
+        vecs = [rand(rng, shape[-1:], dtype) for _ in range(n_vecs)]
+        return [x] + vecs, {"eps": 1e-5}
+    return make
+
+
 # ---------------------------------------------------------------------------------------------
 # the table
 # ---------------------------------------------------------------------------------------------
@@ -456,6 +478,15 @@ def _specs() -> dict[str, PrimSpec]:
     add("dot_general", _make_dot, dtypes=FLOATS + (I32,), diff_argnums=(0, 1),
         domain="random batch/contract/free roles for the lhs axes; shape_case is the lhs",
         tol={F32: (1e-4, 1e-5)})
+    # fused row primitives (funcgrad/fused.py): the last axis is reduced
+    add("softmax", _make_rows, diff_argnums=(0,), min_ndim=1, tol=f32_loose)
+    add("log_softmax", _make_rows, diff_argnums=(0,), min_ndim=1, tol=f32_loose)
+    add("softmax_xent", _make_xent, diff_argnums=(0,), min_ndim=1, supports_shape=_xent_ok,
+        domain="logits [..., n]; int32 labels [...] in [0, n)", tol={F32: (1e-5, 1e-5)})
+    add("layer_norm", _make_norm(2), diff_argnums=(0, 1, 2), min_ndim=1,
+        domain="x [..., n], scale [n], bias [n]", tol={F32: (1e-4, 1e-5)})
+    add("rms_norm", _make_norm(1), diff_argnums=(0, 1), min_ndim=1,
+        domain="x [..., n], scale [n]", tol={F32: (1e-4, 1e-5)})
     return s
 
 
