@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import prims as P
-from ..core import ArrayBase, Tracer, bind, is_int, type_error
+from ..core import ArrayBase, Tracer, bind, is_int, type_error, user_frame_src
 from ._base import asarray, broadcast_to, reshape
 from ._shape import checked_index, guard_index, transpose
 
@@ -84,7 +84,7 @@ def _getitem(x, idx):
         elif isinstance(i, int):
             if not -n <= i < n:
                 raise IndexError(f"index {i} is out of bounds for axis {dim} with size {n} "
-                                 f"(array shape {tuple(x.shape)})")
+                                 f"(array shape {tuple(x.shape)})\n  at {user_frame_src()}")
             i = i + n if i < 0 else i
             starts.append(i)
             limits.append(i + 1)
