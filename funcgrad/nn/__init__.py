@@ -5,7 +5,21 @@ fused primitives (funcgrad/fused.py); the rest are compositions of funcgrad.nump
 """
 from . import initializers  # noqa: F401
 from ._attention import apply_rotary, dot_product_attention, rotary_embedding  # noqa: F401
-from ._functions import (dropout, embedding, gelu, layer_norm, log_softmax,  # noqa: F401
-                         logsumexp, one_hot, relu, rms_norm, sigmoid, silu, softmax,
-                         softmax_cross_entropy, softmax_cross_entropy_with_integer_labels,
-                         softplus, swish)
+from ._functions import (  # noqa: F401
+    dropout,
+    embedding,
+    gelu,
+    layer_norm,
+    log_softmax,
+    logsumexp,
+    one_hot,
+    relu,
+    rms_norm,
+    sigmoid,
+    silu,
+    softmax,
+    softmax_cross_entropy,
+    softmax_cross_entropy_with_integer_labels,
+    softplus,
+    swish,
+)

@@ -6,7 +6,7 @@ key they give the same numbers on every device.
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
