@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 from typing import Any, Callable, Sequence
 
@@ -87,7 +88,9 @@ def _explain(name, new: _Signature, old: Sequence[_Signature]) -> str:
     last = old[-1]
     why = []
     if new.statics != last.statics:
-        for (k, a), (_, b) in zip(new.statics, last.statics):
+        now, before = dict(new.statics), dict(last.statics)
+        for k in list(before) + [k for k in now if k not in before]:
+            a, b = now.get(k, "<not given>"), before.get(k, "<not given>")
             if a != b:
                 why.append(f"static argument {k} changed from {b!r} to {a!r}")
     if new.tree != last.tree:
@@ -107,9 +110,9 @@ def jit(fun: Callable, static_argnums=(), static_argnames=(), donate_argnums=())
 
     The signature is the arguments' pytree structure, shapes and dtypes, the values of static
     arguments, and the device. Inside another transformation (grad, vmap, an outer jit) the
-    optimized expression is inlined instead. Passes: dead-code elimination, common
-    subexpression elimination, constant folding and trivial algebra (x*1, x+0, no-op
-    reshapes/broadcasts/casts). On "cuda" the plan is fused kernels replayed as a CUDA graph.
+    traced expression is inlined instead (custom rules and checkpoints kept). Passes:
+    dead-code elimination, common subexpression elimination, constant folding and trivial
+    algebra (x*1, x+0, no-op reshapes/broadcasts/casts). On "cuda" the plan is fused kernels replayed as a CUDA graph.
 
     Args:
         fun: a pure function of pytrees of arrays.
@@ -126,8 +129,8 @@ def jit(fun: Callable, static_argnums=(), static_argnames=(), donate_argnums=())
         >>> f.stats()["traces"]
         1
     """
-    static = _as_tuple(static_argnums)
-    static_names = _as_tuple(static_argnames)
+    static, static_names, named = _static_positions(fun, _as_tuple(static_argnums),
+                                                    _as_tuple(static_argnames))
     donate = _as_tuple(donate_argnums)
     cache: dict[_Signature, Lowered] = {}
     stats = {"traces": 0, "compiles": 0, "calls": 0}
@@ -135,10 +138,10 @@ def jit(fun: Callable, static_argnums=(), static_argnames=(), donate_argnums=())
 
     def _split(args, kwargs):
         for i in static:
-            if i >= len(args):
+            if i >= len(args) and i not in named:  # a named one may come by keyword
                 raise TypeError(f"jit({name}): static_argnums={i} but only {len(args)} "
                                 "positional arguments were given")
-        st = tuple((i, args[i]) for i in static) + tuple(
+        st = tuple((i, args[i]) for i in static if i < len(args)) + tuple(
             (k, kwargs[k]) for k in static_names if k in kwargs)
         for k, v in st:
             try:
@@ -171,10 +174,14 @@ def jit(fun: Callable, static_argnums=(), static_argnames=(), donate_argnums=())
         if config.explain_retraces and cache:
             log.warning(_explain(name, sig, list(cache)))
         stats["traces"] += 1
-        expr, consts, _ = trace_to_expr(flat, list(sig.avals))
-        expr, consts = optimize(expr, consts)
+        raw, raw_consts, _ = trace_to_expr(flat, list(sig.avals))
+        expr, consts = optimize(raw, raw_consts)
         donated = tuple(i for i, _ in enumerate(leaves) if _leaf_arg(tree, i) in donate)
-        return Lowered(ClosedExpr(expr, consts, tree, store[0]), sig.device, donated)
+        low = Lowered(ClosedExpr(expr, consts, tree, store[0]), sig.device, donated)
+        # under another transformation the traced (unoptimized) expression is replayed: the
+        # passes inline custom_vjp/custom_jvp/checkpoint calls, which would drop their rules
+        low.traced = (raw, raw_consts)
+        return low
 
     def _signature(args, kwargs):
         st, dyn_args, dyn_kwargs = _split(args, kwargs)
@@ -206,7 +213,7 @@ def jit(fun: Callable, static_argnums=(), static_argnames=(), donate_argnums=())
             low = cache[sig] = _lower(sig, st, args, kwargs, vals, tree)
         closed = low.closed
         if any(isinstance(v, Tracer) for v in vals) or core.current_builder() is not None:
-            outs = eval_expr(closed.expr, vals, closed.consts)
+            outs = eval_expr(low.traced[0], vals, low.traced[1])
             return tree_unflatten(closed.out_tree, outs)
         if config.debug_nans:
             from .debug import eval_checking_nans
@@ -225,6 +232,20 @@ def jit(fun: Callable, static_argnums=(), static_argnames=(), donate_argnums=())
     wrapped.clear_cache = cache.clear
     wrapped._cache_size = lambda: len(cache)
     return wrapped
+
+
+def _static_positions(fun, static, static_names):
+    """Like JAX: static_argnames also covers those arguments given by position, and
+    static_argnums those given by keyword. Returns (static, static_names, {position: name})."""
+    try:
+        params = inspect.signature(fun).parameters.values()
+    except (TypeError, ValueError):
+        return static, static_names, {}
+    pos = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    static = tuple(dict.fromkeys(static + tuple(pos.index(n) for n in static_names if n in pos)))
+    static_names = tuple(dict.fromkeys(
+        static_names + tuple(pos[i] for i in static if 0 <= i < len(pos))))
+    return static, static_names, dict(enumerate(pos))
 
 
 def _leaf_arg(tree, i):

@@ -48,7 +48,8 @@ class _Rewriter:
         if simple is not None:
             return simple
         effectful = getattr(prim, "effectful", False)
-        if not effectful and all(_concrete(a) for a in args) and args:
+        if not effectful and args and all(_concrete(a) or self.fill_of(a) is not None
+                                          for a in args):
             folded = self.fold(prim, args, params)
             if folded is not None:
                 return folded
@@ -82,7 +83,10 @@ class _Rewriter:
         aval = _check(prim, [aval_of(a) for a in args], params)
         if aval.size > _FOLD_LIMIT or prim in (P.broadcast_in_dim_p, P.iota_p):
             return None
-        vals = [_np(a) for a in args]
+        if all(self.fill_of(a) is not None for a in args) and prim.kind == "elementwise":
+            return None  # fold_fills keeps it a broadcast of one scalar
+        vals = [np.full(a.aval.shape, self.fill_of(a), a.aval.dtype) if isinstance(a, Tracer)
+                else _np(a) for a in args]  # broadcast scalars count as constants
         with np.errstate(all="ignore"):
             try:
                 out = np.asarray(prim.impl(*vals, **params)).astype(aval.dtype)
@@ -101,7 +105,7 @@ class _Rewriter:
             except Exception:  # noqa: BLE001 - errors surface when the plan runs instead
                 return None
         return self.apply(P.broadcast_in_dim_p, [out],
-                          dict(shape=tuple(aval.shape), broadcast_dimensions=()))
+                          {"shape": tuple(aval.shape), "broadcast_dimensions": ()})
 
     def simplify(self, prim, args, params):
         f = self.fill_of
