@@ -6,7 +6,7 @@ import warnings
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -361,6 +361,25 @@ def test_isnan_isfinite():
     close(fnp.isfinite(np.arange(3)), np.ones(3, bool), dtype=BOOL)
 
 
+def test_float64_precision_and_int_inputs():
+    a = np.array([8.0, 1000.0, 3.0])
+    close(fnp.log2(a), np.log2(a), rtol=1e-15, dtype=F64)
+    close(fnp.log10(a), np.log10(a), rtol=1e-15, dtype=F64)
+    close(fnp.exp2(a), np.exp2(a), rtol=1e-13, dtype=F64)  # exp(x ln 2): error grows with x
+    close(fnp.exp2(np.arange(3)), [1, 2, 4], dtype=F32)  # integers give float32
+    close(fnp.log2(np.arange(1, 4)), np.log2(np.arange(1, 4)), dtype=F32)
+    close(fnp.ceil(np.arange(3)), np.arange(3), dtype=I64)  # integers pass through, like JAX
+    close(fnp.ceil(np.array([-0.5, 0.5])), [0, 1])
+
+
+def test_python_int_overflow():
+    with pytest.raises(OverflowError):
+        fnp.asarray(2 ** 40)
+    with pytest.raises(OverflowError):
+        fnp.asarray([1, -2 ** 35])
+    assert fnp.asarray(np.int64(2 ** 40)).dtype == I64  # numpy ints keep their dtype
+
+
 def test_round_half_to_even_and_decimals():
     a = np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 1.234567], np.float32)
     close(fnp.round(a), np.round(a))
@@ -441,6 +460,9 @@ def test_reduction_details():
     close(fnp.count_nonzero(np.array([[1, 0], [2, 3]]), axis=0), [2, 1])
     close(fnp.sum(np.zeros((0, 3), np.float32), axis=0), np.zeros(3))
     close(fnp.amax(a), 11)
+    close(fnp.max(np.zeros((0, 3), np.float32), axis=0, initial=1.5), np.full(3, 1.5))
+    close(fnp.min(np.zeros((2, 0), np.int32), axis=1, keepdims=True, initial=4),
+          np.full((2, 1), 4), dtype=I32)
     with pytest.raises(Exception):
         fnp.sum(a, axis=2)
     with pytest.raises(Exception):
@@ -672,6 +694,18 @@ def test_at_repeated_indices_and_dtypes():
     close(out, [1, 3, 1], dtype=I32)
     close(fnp.ones(3).at[np.array([True, False, True])].set(0.0), [0, 1, 0])
     close(fnp.arange(6).reshape(2, 3).at[:, -1].multiply(10), [[0, 1, 20], [3, 4, 50]])
+    # JAX applies every repeated update of .multiply/.min/.max (numpy's ufunc.at)
+    idx = (np.array([0, 1, 0, 0]), np.array([2, 2, 2, 0]))
+    v = np.array([2.0, 3.0, -1.5, 0.5], np.float32)
+    base = np.arange(1.0, 7.0, dtype=np.float32).reshape(2, 3)
+    for method, ufunc in (("multiply", np.multiply), ("min", np.minimum),
+                          ("max", np.maximum), ("add", np.add)):
+        want = base.copy()
+        ufunc.at(want, idx, v)
+        close(getattr(fnp.asarray(base).at[idx], method)(v), want)
+        check_grads(lambda a, b: getattr(fnp.asarray(a).at[idx], method)(b),
+                    (base.astype(np.float64), v.astype(np.float64)), order=2)
+    close(fnp.ones(3).at[np.array([0, 0])].multiply(2.0), [4, 1, 1])
     with pytest.raises(IndexError):
         fnp.zeros(3).at[3].set(1.0)
     with pytest.raises(IndexError):
@@ -892,3 +926,125 @@ def test_api_grads_dtype_follow_inputs():
     g32 = funcgrad.grad(lambda x: fnp.sum(fnp.take(x, np.array([0, 0]))))(fnp.ones(3))
     assert g32.dtype == F32
     np.testing.assert_array_equal(np.asarray(g32), [2, 0, 0])
+
+
+# ---------------------------------------------------------------------------------------------
+# property tests: random indices, broadcasting gradients, reduction gradients
+# ---------------------------------------------------------------------------------------------
+
+@st.composite
+def _index_for(draw, shape):
+    """A random numpy index for `shape`: ints, slices (any step), None, Ellipsis, int arrays."""
+    nd = len(shape)
+    items, dim = [], 0
+    n_arrays = 0
+    use_ellipsis = draw(st.booleans())
+    ell_at = draw(st.integers(0, nd)) if use_ellipsis else -1
+    arr_shape = draw(st.sampled_from([(), (2,), (2, 1), (1, 3), (0,)]))
+    while dim < nd:
+        if dim == ell_at:
+            items.append(Ellipsis)
+            ell_at = -1
+            dim += draw(st.integers(0, nd - dim))
+            continue
+        n = shape[dim]
+        kind = draw(st.sampled_from(["int", "slice", "slice", "none", "array", "full"]))
+        if kind == "int" and n:
+            items.append(draw(st.integers(-n, n - 1)))
+        elif kind == "array" and n and n_arrays < 3:
+            n_arrays += 1
+            items.append(np.asarray(draw(hnp.arrays(np.int32, arr_shape,
+                                                    elements=st.integers(-n, n - 1)))))
+        elif kind == "none":
+            items.append(None)
+            continue
+        elif kind == "slice":
+            bound = st.none() | st.integers(-n - 2, n + 2)
+            step = draw(st.none() | st.sampled_from([1, 2, 3, -1, -2, -3]))
+            items.append(slice(draw(bound), draw(bound), step))
+        else:
+            items.append(slice(None))
+        dim += 1
+    if ell_at == nd:
+        items.append(Ellipsis)
+    if draw(st.booleans()):
+        items.append(None)
+    return tuple(items)
+
+
+@st.composite
+def _array_and_index(draw):
+    shape = draw(hnp.array_shapes(min_dims=1, max_dims=4, min_side=0, max_side=4))
+    return shape, draw(_index_for(shape))
+
+
+@given(case=_array_and_index())
+def test_getitem_random(case):
+    shape, idx = case
+    a = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    close(fnp.asarray(a)[idx], a[idx], dtype=F32)
+
+
+@given(case=_array_and_index(), seed=st.integers(0, 100))
+def test_at_add_set_random(case, seed):
+    shape, idx = case
+    a = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    v = np.random.default_rng(seed).standard_normal(a[idx].shape).astype(np.float32)
+    for method, ufunc in (("add", np.add), ("multiply", np.multiply), ("min", np.minimum),
+                          ("max", np.maximum)):
+        want = a.copy()
+        ufunc.at(want, idx, v)  # applies every repeated index, like JAX
+        close(getattr(fnp.asarray(a).at[idx], method)(v), want)
+    flat = np.arange(a.size).reshape(shape)[idx].reshape(-1)
+    if len(set(flat.tolist())) == flat.size:  # set with repeated indices keeps any one update
+        want = a.copy()
+        want[idx] = v
+        close(fnp.asarray(a).at[idx].set(v), want)
+
+
+@settings(max_examples=10)
+@given(case=_array_and_index())
+def test_getitem_grads_random(case):
+    shape, idx = case
+    x = np.random.default_rng(0).standard_normal(shape)
+    check_grads(lambda t: fnp.asarray(t)[idx], (x,), order=1)
+
+
+GRAD_BINARY = ["add", "subtract", "multiply", "divide", "maximum", "minimum", "power",
+               "logaddexp", "where"]
+
+
+@settings(max_examples=10)
+@pytest.mark.parametrize("name", GRAD_BINARY)
+@given(shapes=hnp.mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=3,
+                                                 min_side=0, max_side=3),
+       seed=st.integers(0, 100))
+def test_binary_grads_broadcasting(name, shapes, seed):
+    rng = np.random.default_rng(seed)
+    a, b = (rng.standard_normal(s) for s in shapes.input_shapes)
+    if name in ("divide", "power"):
+        b = np.where(np.abs(b) < 0.3, 0.7, b)
+        a = np.abs(a) + 0.5 if name == "power" else a
+    if name in ("maximum", "minimum"):
+        b = b + 0.05  # no ties
+    if name == "where":
+        f = lambda x, y: fnp.where(x > 0, x * y, y)  # noqa: E731
+    else:
+        f = getattr(fnp, name)
+    check_grads(f, (a, b), order=2)
+
+
+@settings(max_examples=10)
+@pytest.mark.parametrize("name", ["sum", "mean", "max", "min", "prod", "var", "std"])
+@given(case=_shape_and_axis(nonempty=True), seed=st.integers(0, 100))
+def test_reduction_grads(name, case, seed):
+    shape, axis, keepdims = case
+    rng = np.random.default_rng(seed)
+    n = int(np.prod(shape))
+    x = (rng.permutation(n).reshape(shape) * 0.3 + 0.5)  # distinct (max/min), non-zero (prod)
+    if name in ("var", "std"):
+        red = range(len(shape)) if axis is None else np.atleast_1d(axis)
+        if np.prod([shape[i] for i in red]) < 2:  # std of one element: not differentiable
+            return
+    check_grads(lambda t: getattr(fnp, name)(t, axis=axis, keepdims=keepdims), (x,),
+                order=2, atol=1e-5, rtol=1e-4)

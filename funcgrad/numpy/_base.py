@@ -103,6 +103,9 @@ def _from_python(x, dtype):
         if arr.dtype == np.float64 and not isinstance(x, (np.ndarray, np.generic)):
             arr = arr.astype(np.float32)  # Python floats default to float32 (numpy's keep f64)
         elif arr.dtype == np.int64 and not isinstance(x, (np.ndarray, np.generic)):
+            if arr.size and (arr.max() > 2**31 - 1 or arr.min() < -2**31):
+                raise OverflowError(f"Python int {arr.max() if arr.max() > 0 else arr.min()} "
+                                    "too large to convert to int32")
             arr = arr.astype(np.int32)  # Python ints default to int32
     else:
         arr = arr.astype(dtype)

@@ -47,7 +47,7 @@ def _normalize(x, idx):
         raise IndexError(f"too many indices for array: array is {x.ndim}-dimensional, but "
                          f"{consumed} were indexed")
     if n_ell:
-        k = out.index(Ellipsis)
+        k = next(j for j, i in enumerate(out) if i is Ellipsis)  # list.index would compare arrays
         out[k:k + 1] = [slice(None)] * (x.ndim - consumed)
     else:
         out += [slice(None)] * (x.ndim - consumed)
@@ -161,7 +161,8 @@ class _IndexUpdateRef:
     """`x.at[idx]`: `.get()`, `.set(v)`, `.add(v)`, `.multiply(v)`, `.min(v)`, `.max(v)`.
 
     Out-of-range indices raise IndexError (JAX drops them; funcgrad never drops data). With
-    repeated indices `.add` accumulates every update, `.set` keeps one of them.
+    repeated indices `.add` accumulates every update, `.set` keeps one of them, and (for a
+    concrete index, as in JAX) `.multiply`/`.min`/`.max` apply every update.
     """
 
     def __init__(self, x, idx):
@@ -196,15 +197,72 @@ class _IndexUpdateRef:
     def multiply(self, values):
         from ._base import ones_like
         x = asarray(self.x)
-        return x * self._scatter(P.scatter_p, ones_like(x), values)
+        groups = self._repeats()
+        if groups is None:
+            return x * self._scatter(P.scatter_p, ones_like(x), values)
+        uniq, combined = self._combine(values, groups, "prod")
+        flat = reshape(x, (-1,))
+        factors = bind(P.scatter_p, reshape(ones_like(x), (-1,)), uniq, combined, axis=0)
+        return reshape(flat * factors, x.shape)
 
     def min(self, values):
         from ._ufuncs import minimum
-        return self.set(minimum(self.get(), values))
+        return self._minmax(values, minimum, "min")
 
     def max(self, values):
         from ._ufuncs import maximum
-        return self.set(maximum(self.get(), values))
+        return self._minmax(values, maximum, "max")
+
+    def _minmax(self, values, op, kind):
+        groups = self._repeats()
+        if groups is None:
+            return self.set(op(self.get(), values))
+        x = asarray(self.x)
+        uniq, combined = self._combine(values, groups, kind)
+        flat = reshape(x, (-1,))
+        new = op(bind(P.take_p, flat, uniq, axis=0), combined)
+        return reshape(bind(P.scatter_p, flat, uniq, new, axis=0), x.shape)
+
+    # Repeated indices: like JAX, .multiply/.min/.max apply every update. For a concrete index
+    # the repeats are grouped here (numpy, at trace time) and each group's updates combined
+    # with a reduction before one scatter; a traced index keeps one update per position.
+    def _repeats(self):
+        """(selection shape, unique flat targets, (U, m) update positions padded with -1) when
+        the index is concrete and repeats a position; else None."""
+        idx = self.idx if isinstance(self.idx, tuple) else (self.idx,)
+        if any(isinstance(i, Tracer) for i in idx):
+            return None
+        idx = tuple(np.asarray(i) if isinstance(i, ArrayBase) else i for i in idx)
+        try:
+            sel = np.arange(self.x.size).reshape(self.x.shape)[idx]
+        except (IndexError, TypeError, ValueError):
+            return None  # the regular path raises the error, naming the user's line
+        flat = np.asarray(sel).reshape(-1)
+        uniq, inverse, counts = np.unique(flat, return_inverse=True, return_counts=True)
+        if uniq.size == flat.size:
+            return None
+        order = np.argsort(inverse, kind="stable")
+        rank = np.arange(flat.size) - (np.cumsum(counts) - counts)[inverse[order]]
+        groups = np.full((uniq.size, int(counts.max())), -1, np.int64)
+        groups[inverse[order], rank] = order
+        return np.shape(sel), uniq.astype(np.int32), groups
+
+    def _combine(self, values, groups, kind):
+        """Each repeated position's updates reduced to one (product, min or max)."""
+        from ._shape import concatenate
+        from ._ufuncs import max as _max
+        from ._ufuncs import min as _min
+        from ._ufuncs import prod
+        shape, uniq, pos = groups
+        v = reshape(broadcast_to(asarray(values, self.x.dtype), shape), (-1,))
+        if kind == "prod":  # pad with a 1 appended after the updates
+            v = concatenate([v, asarray(np.ones(1, self.x.dtype))])
+            pos = np.where(pos < 0, v.shape[0] - 1, pos)
+        else:  # pad with the group's first update
+            pos = np.where(pos < 0, pos[:, :1], pos)
+        taken = bind(P.take_p, v, pos.astype(np.int32), axis=0)
+        reduce = {"prod": prod, "min": _min, "max": _max}[kind]
+        return uniq, reduce(taken, axis=1)
 
 
 _ = type_error

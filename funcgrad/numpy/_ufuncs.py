@@ -58,7 +58,7 @@ def tan(x):
 
 
 def log2(x):
-    return log(x) / np.log(2.0).astype(np.float32).item()
+    return log(x) / float(np.log(2.0))  # a weak Python float: exact to the input's precision
 
 
 def log10(x):
@@ -66,11 +66,13 @@ def log10(x):
 
 
 def exp2(x):
-    return exp(x * float(np.log(2.0)))
+    x = asarray(x)  # (a numpy operand times a Python float would be computed by numpy, in f64)
+    return exp(asarray(x, _float_dtype(x)) * float(np.log(2.0)))
 
 
 def ceil(x):
-    return -floor(-asarray(x))
+    x = asarray(x)
+    return x if not is_float(x.dtype) else -floor(-x)
 
 
 def trunc(x):
@@ -301,6 +303,11 @@ def _chooser(prim, name):
     def f(a, axis=None, keepdims=False, initial=None):
         x = asarray(a)
         axes = norm_axes(axis, x.ndim, name)
+        if initial is not None and builtins.any(x.shape[i] == 0 for i in axes):  # empty
+            from ._base import full
+            return full([1 if i in axes else s for i, s in enumerate(x.shape)] if keepdims
+                        else [s for i, s in enumerate(x.shape) if i not in axes],
+                        initial, result_type(x, initial))
         out = bind(prim, x, axes=axes) if axes else x
         out = _keep(out, x, axes, keepdims)
         if initial is not None:
