@@ -431,6 +431,24 @@ class Array(ArrayBase):
         get_backend(self.device).synchronize()
         return self
 
+    @property
+    def __cuda_array_interface__(self):
+        """CUDA array interface (v3) of a "cuda" array, zero-copy (CuPy, numba, PyTorch)."""
+        if self.device == "cpu":
+            raise AttributeError("a cpu Array has no __cuda_array_interface__")
+        # a strided view is swapped for an equal contiguous buffer that this Array then owns
+        self.buf, cai = get_backend(self.device).cuda_array_interface(self.buf)
+        return cai
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        from .dlpack import to_dlpack
+        return to_dlpack(self, stream=stream, max_version=max_version, dl_device=dl_device,
+                         copy=copy)
+
+    def __dlpack_device__(self):
+        from .dlpack import dlpack_device
+        return dlpack_device(self)
+
 
 class ConcretizationError(FuncgradError, TypeError):
     """A traced value was used where Python needs a concrete value."""
@@ -518,9 +536,9 @@ def _cuda_usable() -> bool:
         return False
     try:
         from . import cuda
-    except ImportError:
+        return bool(cuda.is_available())
+    except (ImportError, AttributeError):
         return False
-    return bool(cuda.is_available())
 
 
 # ---------------------------------------------------------------------------------------------

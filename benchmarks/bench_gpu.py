@@ -1,0 +1,153 @@
+"""funcgrad's side of the GPU workloads W1-W5 (WORKLOADS.md): one JSON line per figure.
+
+Run beside peers_gpu.py / peers_graphs.py in the same session and combine with report.py.
+Usage: python benchmarks/bench_gpu.py [W1 W2 W3 W4 W5 eager]
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+
+import funcgrad  # noqa: E402
+import funcgrad.numpy as fnp  # noqa: E402
+from funcgrad import nn, optim  # noqa: E402
+
+
+def emit(**kw):
+    print(json.dumps(kw), flush=True)
+
+
+def timeit(fn, warm=3, reps=20):
+    """Median seconds of fn() (fn must block until its result is ready)."""
+    for _ in range(warm):
+        fn()
+    ts = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return float(np.median(ts))
+
+
+def block(tree):
+    for leaf in funcgrad.tree_util.tree_leaves(tree):
+        leaf.block_until_ready()
+    return tree
+
+
+def mlp_step_ms(batch, sizes, reps=20):
+    rng = np.random.default_rng(0)
+    params = [{"w": (rng.standard_normal((a, b)) * 0.02).astype(np.float32),
+               "b": np.zeros(b, np.float32)} for a, b in zip(sizes[:-1], sizes[1:])]
+    params = funcgrad.device_put(params)
+
+    def loss(p, x, y):
+        h = x
+        for i, layer in enumerate(p):
+            h = h @ layer["w"] + layer["b"]
+            if i < len(p) - 1:
+                h = nn.relu(h)
+        return fnp.mean(nn.softmax_cross_entropy_with_integer_labels(h, y))
+
+    opt = optim.adam(1e-3)
+    state = [params, opt.init(params)]
+
+    @funcgrad.jit
+    def step(p, s, x, y):
+        val, g = funcgrad.value_and_grad(loss)(p, x, y)
+        u, s = opt.update(g, s, p)
+        return optim.apply_updates(p, u), s, val
+
+    x = funcgrad.device_put(rng.standard_normal((batch, sizes[0])).astype(np.float32))
+    y = funcgrad.device_put(rng.integers(0, sizes[-1], batch).astype(np.int32))
+
+    def run():
+        state[0], state[1], val = step(state[0], state[1], x, y)
+        val.block_until_ready()
+    t0 = time.perf_counter()
+    run()
+    first = time.perf_counter() - t0
+    return timeit(run, reps=reps) * 1e3, first
+
+
+def w2_gpt():
+    import gpt
+    cfg = gpt.W2
+    B = 16
+    params = funcgrad.device_put(gpt.init_params(cfg))
+    opt = optim.adamw(3e-4)
+    state = [params, opt.init(params)]
+
+    @funcgrad.jit
+    def step(p, s, idx, tgt):
+        val, g = funcgrad.value_and_grad(gpt.loss_fn)(p, idx, tgt, cfg)
+        u, s = opt.update(g, s, p)
+        return optim.apply_updates(p, u), s, val
+
+    rng = np.random.default_rng(0)
+    idx = funcgrad.device_put(rng.integers(0, cfg.vocab, (B, cfg.ctx)).astype(np.int32))
+    tgt = funcgrad.device_put(rng.integers(0, cfg.vocab, (B, cfg.ctx)).astype(np.int32))
+
+    def run():
+        state[0], state[1], val = step(state[0], state[1], idx, tgt)
+        val.block_until_ready()
+    t0 = time.perf_counter()
+    run()
+    first = time.perf_counter() - t0
+    ms = timeit(run, reps=10) * 1e3
+    from funcgrad import cuda as fcuda
+    emit(what="W2_gpt_step_ms", impl="funcgrad_jit", value=ms, first_call_s=first,
+         peak_MiB=fcuda.memory_stats()["peak_bytes"] / 2**20)
+
+
+def w3(eager: bool):
+    n = 2 ** 26
+    rng = np.random.default_rng(0)
+    x, a, b = [funcgrad.device_put(rng.standard_normal(n).astype(np.float32)) for _ in range(3)]
+
+    def f(x, a, b):
+        return nn.gelu(x * a + b)
+    g = f if eager else funcgrad.jit(f)
+    ms = timeit(lambda: g(x, a, b).block_until_ready()) * 1e3
+    emit(what="W3_elementwise_ms", impl="funcgrad_eager" if eager else "funcgrad_jit", value=ms,
+         min_bytes=4 * n * 4)
+
+
+def w4(eager: bool):
+    rng = np.random.default_rng(0)
+    a, b = [funcgrad.device_put(rng.standard_normal((4096, 4096)).astype(np.float32))
+            for _ in range(2)]
+    g = (lambda a, b: a @ b) if eager else funcgrad.jit(lambda a, b: a @ b)
+    ms = timeit(lambda: g(a, b).block_until_ready(), reps=10) * 1e3
+    emit(what="W4_matmul4096_ms", impl="funcgrad_eager" if eager else "funcgrad_jit", value=ms,
+         TFLOPs=2 * 4096 ** 3 / ms / 1e9)
+
+
+def main(which):
+    import torch  # noqa: F401  (only for the GPU's name, printed like the peers do)
+    emit(what="versions", funcgrad=funcgrad.__version__, backend=funcgrad.default_backend(),
+         gpu=torch.cuda.get_device_name(0))
+    if "W3" in which:
+        w3(eager=True)
+        w3(eager=False)
+    if "W4" in which:
+        w4(eager=True)
+        w4(eager=False)
+    if "W5" in which:
+        ms, first = mlp_step_ms(32, [64, 64, 2], reps=50)
+        emit(what="W5_tiny_step_ms", impl="funcgrad_jit", value=ms, first_call_s=first)
+    if "W1" in which:
+        ms, first = mlp_step_ms(512, [784, 1024, 1024, 10])
+        emit(what="W1_mlp_step_ms", impl="funcgrad_jit", value=ms, first_call_s=first)
+    if "W2" in which:
+        w2_gpt()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:] or ["W1", "W2", "W3", "W4", "W5"])
