@@ -349,7 +349,7 @@ def _make_scatter(unique):
 def _make_dot(rng, shape, dtype, for_grad):
     nd = len(shape)
     roles = rng.integers(0, 3, size=nd)  # 0 batch, 1 contract, 2 free
-    lb = tuple(i for i in range(nd) if roles[i] == 0)
+    lb = tuple(int(i) for i in rng.permutation([i for i in range(nd) if roles[i] == 0]))
     lc = tuple(int(i) for i in rng.permutation([i for i in range(nd) if roles[i] == 1]))
     y_axes = [("b", i) for i in lb] + [("c", i) for i in lc] + [
         ("f", int(rng.integers(0, 4))) for _ in range(int(rng.integers(0, 3)))]

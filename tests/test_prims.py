@@ -157,6 +157,77 @@ def test_grad_expr_typechecks(name):
         typecheck_expr(closed2.expr)
 
 
+@pytest.mark.parametrize("name", DIFF)
+def test_jvp_expr_typechecks(name):
+    spec = SPECS[name]
+    rng = np.random.default_rng(2)
+    for shape in [s for s in ((2, 3), ()) if spec.supports(s)]:
+        args, params = spec.make_args(rng, shape, np.float64, for_grad=True)
+        tangents = [rng.standard_normal(a.shape) if a.dtype.kind == "f" else np.zeros_like(a)
+                    for a in args]
+
+        def f_jvp(*xs):
+            return funcgrad.jvp(lambda *ys: bind(spec.prim, *ys, **params), xs, tangents)[1]
+        closed = funcgrad.make_jaxpr(f_jvp)(*args)
+        typecheck_expr(closed.expr)
+
+
+# every shape rule rejects ill-typed operands with a ShapeError naming the primitive
+_f = lambda *s: ShapedArray(s, np.float32)  # noqa: E731
+_i = lambda *s: ShapedArray(s, np.int32)  # noqa: E731
+_b = lambda *s: ShapedArray(s, np.bool_)  # noqa: E731
+INVALID = [
+    ("add", [_f(2), _f(3)], {}),
+    ("mul", [_f(2), _i(2)], {}),
+    ("exp", [_i(2)], {}),
+    ("log", [_b(2)], {}),
+    ("neg", [_b(2)], {}),
+    ("pow", [_i(2), _i(2)], {}),
+    ("and", [_f(2), _f(2)], {}),
+    ("shift_left", [_f(2), _f(2)], {}),
+    ("not", [_f(2)], {}),
+    ("integer_pow", [_b(2)], {"y": 2}),
+    ("select", [_f(2), _f(2), _f(2)], {}),
+    ("select", [_b(3), _f(2), _f(2)], {}),
+    ("select", [_b(2), _f(2), _i(2)], {}),
+    ("broadcast_in_dim", [_f(3)], {"shape": (2, 4), "broadcast_dimensions": (1,)}),
+    ("broadcast_in_dim", [_f(2, 3)], {"shape": (2, 3), "broadcast_dimensions": (1, 0)}),
+    ("broadcast_in_dim", [_f(3)], {"shape": (3,), "broadcast_dimensions": ()}),
+    ("reshape", [_f(2, 3)], {"new_sizes": (4, 2)}),
+    ("transpose", [_f(2, 3)], {"permutation": (0, 0)}),
+    ("transpose", [_f(2, 3)], {"permutation": (0,)}),
+    ("reduce_sum", [_f(2, 3)], {"axes": (2,)}),
+    ("reduce_sum", [_f(2, 3)], {"axes": (0, 0)}),
+    ("reduce_max", [_f(2, 3)], {"axes": (-1,)}),
+    ("argmax", [_f(2, 3)], {"axis": 2, "index_dtype": np.dtype(np.int32)}),
+    ("slice", [_f(4)], {"start_indices": (1,), "limit_indices": (5,), "strides": (1,)}),
+    ("slice", [_f(4)], {"start_indices": (3,), "limit_indices": (1,), "strides": (1,)}),
+    ("slice", [_f(4)], {"start_indices": (0,), "limit_indices": (4,), "strides": (0,)}),
+    ("pad", [_f(4)], {"padding_config": ((-1, 0, 0),), "value": 0.0}),
+    ("pad", [_f(4, 2)], {"padding_config": ((1, 0, 0),), "value": 0.0}),
+    ("concatenate", [_f(2, 3), _f(3, 3)], {"dimension": 1}),
+    ("concatenate", [_f(2, 3), _i(2, 3)], {"dimension": 0}),
+    ("concatenate", [_f(2, 3), _f(2, 3)], {"dimension": 2}),
+    ("rev", [_f(2, 3)], {"dimensions": (2,)}),
+    ("iota", [], {"dtype": np.dtype(np.int32), "shape": (3,), "dimension": 1}),
+    ("take", [_f(4, 3), _f(2)], {"axis": 0}),
+    ("take", [_f(4, 3), _i(2)], {"axis": 2}),
+    ("scatter_add", [_f(4, 3), _i(2), _f(3, 3)], {"axis": 0}),
+    ("scatter", [_f(4, 3), _i(2), _i(2, 3)], {"axis": 0}),
+    ("dot_general", [_f(2, 3), _f(4, 5)], {"dimension_numbers": (((1,), (0,)), ((), ()))}),
+    ("dot_general", [_f(2, 3), _f(3, 5)], {"dimension_numbers": (((1,), (0,)), ((0,), (1,)))}),
+    ("dot_general", [_f(2, 3), _i(3, 5)], {"dimension_numbers": (((1,), (0,)), ((), ()))}),
+    ("dot_general", [_b(2, 3), _b(3, 5)], {"dimension_numbers": (((1,), (0,)), ((), ()))}),
+]
+
+
+@pytest.mark.parametrize("i", range(len(INVALID)))
+def test_shape_rules_reject_invalid(i):
+    name, avals, params = INVALID[i]
+    with pytest.raises(funcgrad.ShapeError, match=name.split("_")[0]):
+        PRIMITIVES[name].shape(*avals, **params)
+
+
 # ---------------------------------------------------------------------------------------------
 # (e) registry completeness
 # ---------------------------------------------------------------------------------------------
