@@ -240,52 +240,50 @@ def _lit(val, dtype):
 
 
 class FusedKernel:
-    """Generated source plus how to call it: which buffers go in and come out."""
+    """Generated source for one cluster and one layout of its operands.
 
-    def __init__(self, cluster: Cluster):
+    Each external operand is read as "flat" (C-contiguous with the cluster's shape: index i),
+    "scalar" (one element) or "strided" (through output coordinates and the buffer's own
+    strides: broadcasts, transposes and other views are read in place, never copied).
+    """
+
+    def __init__(self, cluster: Cluster, layout: dict):
         self.cluster = cluster
-        self.inputs: list = []  # external Vars read by the kernel (full or broadcast)
-        self.source, self.signature = self._generate()
+        self.inputs = external_inputs(cluster)
+        self.layout = layout  # var -> "flat" | "strided" | "scalar"
+        self.source = self._generate()
 
     def _generate(self):
         c = self.cluster
         rank = len(c.shape)
-        lines = []
+        pname = {v: f"in{k}" for k, v in enumerate(self.inputs)}
+        need_coords = any(self.layout[v] == "strided" for v in self.inputs) or any(
+            e.prim is P.iota_p for e in c.eqns)
         names = {}
-        ext = {}  # external var -> parameter name
-        in_modes = []
-        bcast_reads = {}
-        need_coords = False
-
-        def param(v):
-            if v not in ext:
-                ext[v] = f"in{len(ext)}"
-                self.inputs.append(v)
-            return ext[v]
-
         body = []
+
+        def read(v, dims_map):
+            p = pname[v]
+            mode = self.layout[v]
+            if mode == "flat":
+                return f"{p}[{p}_o + i]"
+            if mode == "scalar":
+                return f"{p}[{p}_o]"
+            terms = [f"c{d} * {p}_s{j}" for j, d in enumerate(dims_map)
+                     if v.aval.shape[j] != 1]
+            return f"{p}[{' + '.join([p + '_o'] + terms)}]"
+
         for k, e in enumerate(c.eqns):
             dt = e.out.aval.dtype
             out = f"t{k}"
             if e.prim is P.iota_p:
-                need_coords = True
                 body.append(f"{out} = {_NB[dt.name]}(c{e.params['dimension']})")
             elif _is_view_bcast(e, c.members):
                 x = e.inputs[0]
-                if isinstance(x, Lit) or (not isinstance(x, Var)):
+                if not isinstance(x, Var):
                     body.append(f"{out} = {_lit(x.val, dt)}")
-                elif x.aval.size == 1:
-                    p = param(x)
-                    in_modes.append((p, "scalar", ()))
-                    body.append(f"{out} = {p}[0]")
                 else:
-                    p = param(x)
-                    bd = tuple(e.params["broadcast_dimensions"])
-                    ones = tuple(int(s == 1) for s in x.aval.shape)
-                    in_modes.append((p, "bcast", (bd, ones)))
-                    need_coords = True
-                    bcast_reads[out] = (p, bd, ones, x.aval.ndim)
-                    body.append(None)  # filled below
+                    body.append(f"{out} = {read(x, e.params['broadcast_dimensions'])}")
             else:
                 args = []
                 for x in e.inputs:
@@ -294,62 +292,62 @@ class FusedKernel:
                     elif x in names:
                         args.append(names[x])
                     else:
-                        p = param(x)
-                        in_modes.append((p, "full", ()))
-                        args.append(f"{p}[i]")
+                        args.append(read(x, tuple(range(rank))))
                 body.append(f"{out} = {_scalar_expr(e, args, dt)}")
             names[e.out] = out
-        # broadcast reads: source index from output coordinates
-        for k, e in enumerate(c.eqns):
-            out = f"t{k}"
-            if out in bcast_reads:
-                p, bd, ones, nd = bcast_reads[out]
-                terms = []
-                for j in range(nd):
-                    if ones[j]:
-                        continue
-                    stride = " * ".join(f"{p}_d{m}" for m in range(j + 1, nd)) or "1"
-                    terms.append(f"c{bd[j]} * ({stride})")
-                body[k] = f"{out} = {p}[{' + '.join(terms) or '0'}]"
-        outs = [f"out{j}" for j in range(len(c.outputs))]
         for j, o in enumerate(c.outputs):
-            body.append(f"{outs[j]}[i] = {names[o]}")
-        params = [f"s{d}" for d in range(rank)]
-        dims_params = []
-        for v, p in ext.items():
-            mode = next(m for q, m, _ in in_modes if q == p)
-            if mode == "bcast":
-                dims_params += [f"{p}_d{m}" for m in range(v.aval.ndim)]
-        sig = ["n"] + params + dims_params + list(ext.values()) + outs
-        lines.append(f"@cuda.jit({{opts}})\ndef kernel({', '.join(sig)}):")
-        lines.append("    start = cuda.grid(1)")
-        lines.append("    step = cuda.gridsize(1)")
-        lines.append("    for i in range(start, n, step):")
+            body.append(f"out{j}[out{j}_o + i] = {names[o]}")
+        sig = ["n"] + [f"s{d}" for d in range(rank)]
+        for v in self.inputs:
+            p = pname[v]
+            sig += [p, f"{p}_o"]
+            if self.layout[v] == "strided":
+                sig += [f"{p}_s{j}" for j in range(v.aval.ndim)]
+        for j in range(len(c.outputs)):
+            sig += [f"out{j}", f"out{j}_o"]
+        lines = [f"@cuda.jit({{opts}})\ndef kernel({', '.join(sig)}):",
+                 "    i = cuda.grid(1)", "    step = cuda.gridsize(1)", "    while i < n:"]
         if need_coords:
             lines.append("        r = i")
             for d in reversed(range(rank)):
-                lines.append(f"        c{d} = r % s{d}")
-                lines.append(f"        r = r // s{d}")
-        for b in body:
-            lines.append(f"        {b}")
-        src = HELPERS + "\n\n" + "\n".join(lines) + "\n"
-        self.dims_params = dims_params
-        return src, sig
+                lines += [f"        c{d} = r % s{d}", f"        r = r // s{d}"]
+        lines += [f"        {b}" for b in body]
+        lines.append("        i += step")
+        return HELPERS + "\n\n" + "\n".join(lines) + "\n"
 
-    def args(self, bufs: dict, out_bufs: list) -> list:
-        """Kernel arguments: n, output dims, broadcast operand dims, operands, outputs."""
+    def args(self, bufs: list, outs: list) -> list:
+        """Kernel arguments for operand buffers (aligned with self.inputs) and outputs."""
         c = self.cluster
-        n = int(np.prod(c.shape))
-        a = [n] + list(c.shape)
-        for v in self.inputs:
-            if f"{self._pname(v)}_d0" in self.dims_params:
-                a += list(v.aval.shape)
-        return a + [bufs[v] for v in self.inputs] + list(out_bufs)
-
-    def _pname(self, v):
-        return f"in{self.inputs.index(v)}"
+        a = [int(np.prod(c.shape))] + list(c.shape)
+        for v, b in zip(self.inputs, bufs):
+            a += [b.arr(), b.offset]
+            if self.layout[v] == "strided":
+                a += list(b.strides)
+        for o in outs:
+            a += [o.arr(), o.offset]
+        return a
 
     def describe(self) -> str:
         ops = "+".join(e.prim.name for e in self.cluster.eqns)
         return (f"fused[{ops}] {list(self.cluster.shape)}: {len(self.inputs)} in, "
                 f"{len(self.cluster.outputs)} out")
+
+
+def external_inputs(c: Cluster) -> list:
+    """Variables the cluster reads from outside, in first-use order."""
+    seen = []
+    for e in c.eqns:
+        if e.prim is P.iota_p:
+            continue
+        for x in e.inputs:
+            if isinstance(x, Var) and x not in c.members and x not in seen:
+                seen.append(x)
+    return seen
+
+
+def layout_of(v, buf, shape) -> str:
+    if buf.size == 1:
+        return "scalar"
+    if tuple(buf.shape) == tuple(shape) and buf.is_contiguous():
+        return "flat"
+    return "strided"
