@@ -78,6 +78,15 @@ def _cuda_reason() -> str:
     return fcuda.unavailable_reason()
 
 
+def _cuda_sim() -> bool:
+    """numba's CUDA simulator is active: "cuda" is never the default but may be asked for."""
+    try:
+        from . import cuda as fcuda
+    except ImportError:
+        return False
+    return fcuda.simulator_active()
+
+
 def device_put(x, device: str | None = None):
     """Copy every leaf of a pytree to `device` ("cpu" or "cuda"; default: the default device).
 
@@ -87,7 +96,7 @@ def device_put(x, device: str | None = None):
         'cpu'
     """
     dev = device or core.default_device()
-    if dev not in ("cpu",) and dev not in devices():
+    if dev not in ("cpu",) and dev not in devices() and not (dev == "cuda" and _cuda_sim()):
         raise RuntimeError(f"device {dev!r} is not available: " + _cuda_reason())
     leaves, tree = tree_flatten(x)
     out = []

@@ -1,0 +1,274 @@
+"""Device buffers (strided views over pooled blocks) and the size-bucketed caching allocator.
+
+A DeviceBuffer is (block, shape, strides, offset, dtype), strides and offset counted in elements,
+so transpose, broadcast (stride 0), slice, reverse (negative strides) and contiguous reshapes are
+views that launch nothing. Blocks come from a Pool: sizes are rounded up to a bucket (powers of
+two up to 1 MiB, then 2 MiB steps) and a block whose last view dies goes back to its bucket's free
+list instead of to the driver, so a training loop in steady state allocates nothing new. All work
+is queued on one stream (the legacy default stream), so handing a freed block to the next
+allocation is ordered after every kernel that used it: the rule PyTorch's caching allocator
+follows.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import runtime
+
+
+class CudaOutOfMemoryError(MemoryError):
+    """The device (or the pool's configured limit) has no room for an allocation."""
+
+
+def c_strides(shape) -> tuple:
+    st, acc = [], 1
+    for n in reversed(shape):
+        st.append(acc)
+        acc *= n
+    return tuple(reversed(st))
+
+
+def _fmt(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+class Raw:
+    """One driver allocation (a uint8 device array) with typed 1-D views of all of it, cached."""
+    __slots__ = ("dev", "nbytes", "views")
+
+    def __init__(self, dev, nbytes):
+        self.dev, self.nbytes, self.views = dev, nbytes, {}
+
+    def typed(self, dtype):
+        v = self.views.get(dtype)
+        if v is None:
+            v = self.views[dtype] = self.dev.view(dtype)
+        return v
+
+
+class Block:
+    """A pool allocation in use; returns its Raw to the pool when the last view of it dies."""
+    __slots__ = ("__weakref__", "pool", "raw")
+
+    def __init__(self, raw, pool):
+        self.raw, self.pool = raw, pool
+
+    def typed(self, dtype):
+        return self.raw.typed(dtype)
+
+    def ptr(self) -> int:
+        return device_pointer(self.raw.dev)
+
+    def __del__(self):
+        try:
+            self.pool.release(self.raw)
+        except Exception:   # interpreter shutdown
+            pass
+
+
+class ExternalBlock:
+    """Memory owned by someone else (DLPack / __cuda_array_interface__ imports)."""
+    __slots__ = ("__weakref__", "_make", "arrays", "base_ptr", "owner")
+
+    def __init__(self, make_typed, owner, base_ptr):
+        self.arrays, self.owner, self.base_ptr = {}, owner, base_ptr
+        self._make = make_typed
+
+    def typed(self, dtype):
+        v = self.arrays.get(dtype)
+        if v is None:
+            v = self.arrays[dtype] = self._make(dtype)
+        return v
+
+    def ptr(self) -> int:
+        return self.base_ptr
+
+
+def device_pointer(dev_array) -> int:
+    if runtime.SIM:
+        return dev_array._ary.ctypes.data
+    return dev_array.__cuda_array_interface__["data"][0] or 0
+
+
+class DeviceBuffer:
+    """An immutable strided view of device memory (strides/offset in elements)."""
+    __slots__ = ("__weakref__", "block", "dtype", "offset", "shape", "strides")
+
+    def __init__(self, block, shape, strides, offset, dtype):
+        self.block, self.shape, self.strides = block, tuple(shape), tuple(strides)
+        self.offset, self.dtype = int(offset), np.dtype(dtype)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def is_contiguous(self) -> bool:
+        acc = 1
+        for n, s in zip(reversed(self.shape), reversed(self.strides)):
+            if n != 1 and s != acc:
+                return False
+            acc *= n
+        return True
+
+    def arr(self):
+        """The flat typed device array the offsets index into."""
+        return self.block.typed(self.dtype)
+
+    def view(self, shape, strides, offset) -> DeviceBuffer:
+        return DeviceBuffer(self.block, shape, strides, offset, self.dtype)
+
+    def __repr__(self):
+        return (f"DeviceBuffer({self.dtype.name}{list(self.shape)}, strides={self.strides}, "
+                f"offset={self.offset})")
+
+
+class Pool:
+    """Size-bucketed caching allocator over driver allocations."""
+
+    def __init__(self):
+        self.free: dict[int, list] = {}
+        self.in_use = self.peak = self.cached = 0
+        self.driver_allocs = self.driver_bytes = 0
+        self.limit = None   # optional cap on driver bytes (tests, sharing a GPU)
+
+    @staticmethod
+    def bucket(nbytes: int) -> int:
+        if nbytes <= 1 << 20:
+            return max(256, 1 << (max(nbytes, 1) - 1).bit_length())
+        step = 2 << 20
+        return -(-nbytes // step) * step
+
+    def stats(self) -> dict:
+        return {"in_use": self.in_use, "peak": self.peak, "pool": self.cached,
+                "driver_allocs": self.driver_allocs, "driver_bytes": self.driver_bytes,
+                "limit": self.limit}
+
+    def describe(self) -> str:
+        return (f"in use {_fmt(self.in_use)}, cached in pool {_fmt(self.cached)}, peak "
+                f"{_fmt(self.peak)}, held from driver {_fmt(self.driver_bytes)} in "
+                f"{self.driver_allocs} allocations"
+                + (f", limit {_fmt(self.limit)}" if self.limit is not None else ""))
+
+    def alloc(self, nbytes: int) -> Block:
+        b = self.bucket(nbytes)
+        lst = self.free.get(b)
+        if lst:
+            raw = lst.pop()
+            self.cached -= b
+        else:
+            raw = self._driver_alloc(b, nbytes)
+        self.in_use += b
+        self.peak = max(self.peak, self.in_use)
+        return Block(raw, self)
+
+    def release(self, raw):
+        self.in_use -= raw.nbytes
+        self.cached += raw.nbytes
+        self.free.setdefault(raw.nbytes, []).append(raw)
+
+    def empty_cache(self):
+        """Give every cached (free) block back to the driver."""
+        for lst in self.free.values():
+            for raw in lst:
+                self.driver_bytes -= raw.nbytes
+                self.driver_allocs -= 1
+            lst.clear()
+        self.cached = 0
+        cuda = runtime.load()
+        if not runtime.SIM:
+            cuda.current_context().deallocations.clear()
+
+    def _driver_alloc(self, b: int, requested: int) -> Raw:
+        cuda = runtime.load()
+        for attempt in (0, 1):
+            if self.limit is not None and self.driver_bytes + b > self.limit:
+                err = None
+            else:
+                try:
+                    dev = cuda.device_array(b, dtype=np.uint8)
+                    break
+                except Exception as e:  # CudaAPIError(CUDA_ERROR_OUT_OF_MEMORY) and friends
+                    if "OUT_OF_MEMORY" not in str(e).upper() and not isinstance(e, MemoryError):
+                        raise
+                    err = e
+            if attempt == 0 and self.cached:
+                self.empty_cache()
+                continue
+            raise CudaOutOfMemoryError(
+                f"CUDA out of memory: cannot allocate {_fmt(requested)} ({requested} bytes, "
+                f"bucket {_fmt(b)}); pool: {self.describe()}"
+                + (f"; driver said: {err}" if err is not None else "")) from None
+        self.driver_allocs += 1
+        self.driver_bytes += b
+        return Raw(dev, b)
+
+    def empty(self, shape, dtype) -> DeviceBuffer:
+        dtype = np.dtype(dtype)
+        shape = tuple(int(s) for s in shape)
+        blk = self.alloc(math.prod(shape) * dtype.itemsize)
+        return DeviceBuffer(blk, shape, c_strides(shape), 0, dtype)
+
+
+_pool = None
+
+
+def pool() -> Pool:
+    global _pool
+    if _pool is None:
+        _pool = Pool()
+    return _pool
+
+
+# ---------------------------------------------------------------------------------------------
+# host <-> device
+# ---------------------------------------------------------------------------------------------
+
+def from_host(a: np.ndarray) -> DeviceBuffer:
+    """Copy a numpy array to the device (a broadcast array uploads only its core)."""
+    a = np.asarray(a)
+    if a.size and any(st == 0 and n > 1 for st, n in zip(a.strides, a.shape)):
+        core = from_host(a[tuple(slice(0, 1) if st == 0 else slice(None)
+                                 for st in a.strides)].copy(order="C"))
+        return core.view(a.shape, [0 if st == 0 else cs for st, cs in
+                                   zip(a.strides, core.strides)], core.offset)
+    if not a.flags.c_contiguous:
+        a = a.copy(order="C")    # (np.ascontiguousarray would turn a 0-d array into 1-d)
+    buf = pool().empty(a.shape, a.dtype)
+    if a.size:
+        buf.arr()[:a.size].copy_to_device(a.reshape(-1))
+    return buf
+
+
+def to_host(buf: DeviceBuffer) -> np.ndarray:
+    """Copy a contiguous buffer back to a numpy array."""
+    out = np.empty(buf.shape, buf.dtype)
+    n = buf.size
+    if n:
+        flat = buf.arr()[buf.offset:buf.offset + n].copy_to_host()
+        out.reshape(-1)[...] = flat
+    return out
+
+
+_consts: dict = {}
+
+
+def const(value, dtype) -> DeviceBuffer:
+    """A shape-() device buffer holding `value` (cached: buffers are immutable)."""
+    a = np.asarray(value).astype(dtype).reshape(())
+    key = (a.dtype.str, a.tobytes())
+    b = _consts.get(key)
+    if b is None:
+        if len(_consts) >= 4096:
+            _consts.clear()
+        b = _consts[key] = from_host(a)
+    return b

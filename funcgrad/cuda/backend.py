@@ -1,0 +1,103 @@
+"""CudaBackend: the interface core.eval_prim calls (from_numpy, from_value, to_numpy, apply,
+synchronize), plus exports for __cuda_array_interface__ and DLPack."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import arrays, runtime
+from .arrays import DeviceBuffer, c_strides
+from .elementwise import contiguous
+from .lowering import lower
+
+
+class CudaBackend:
+    """Eager execution on an NVIDIA GPU (or numba's simulator): one kernel per primitive."""
+    name = "cuda"
+
+    def __init__(self):
+        cuda = runtime.load()
+        if not runtime.SIM and not cuda.is_available():
+            from . import unavailable_reason
+            raise RuntimeError("the CUDA backend needs a usable NVIDIA GPU: "
+                               + unavailable_reason())
+        self._cuda = cuda
+        self.pool = arrays.pool()
+
+    # host <-> device ------------------------------------------------------------------------
+
+    def from_numpy(self, a) -> DeviceBuffer:
+        return arrays.from_host(np.asarray(a))
+
+    def from_value(self, a) -> DeviceBuffer:
+        """Small host values (literals, scalars, broadcast constants) hit a constant cache."""
+        a = np.asarray(a)
+        if a.size and all(s == 0 or n == 1 for s, n in zip(a.strides, a.shape)):
+            c = arrays.const(a.reshape(-1)[0], a.dtype)
+            return c.view(a.shape, (0,) * a.ndim, c.offset)
+        return arrays.from_host(a)
+
+    def to_numpy(self, buf: DeviceBuffer) -> np.ndarray:
+        return arrays.to_host(contiguous(buf))
+
+    # execution ------------------------------------------------------------------------------
+
+    def apply(self, prim, bufs, params, aval) -> DeviceBuffer:
+        out = lower(prim, bufs, params, aval)
+        if out.shape != tuple(aval.shape) or out.dtype != aval.dtype:
+            raise AssertionError(f"{prim.name}: CUDA lowering returned {out}, rule says {aval}")
+        return out
+
+    def synchronize(self):
+        self._cuda.synchronize()
+
+    # jit ------------------------------------------------------------------------------------
+
+    def compile(self, expr, consts, donate=()):
+        """A Plan (fused kernels + lowered primitives) for an optimized jit expression."""
+        from .plan import Plan
+        return Plan(self, expr, consts, donate)
+
+    def describe(self, plan) -> str:
+        return plan.describe()
+
+    # interop --------------------------------------------------------------------------------
+
+    def export(self, buf: DeviceBuffer) -> DeviceBuffer:
+        """A buffer laid out for export (C-contiguous), everything queued on it finished."""
+        buf = contiguous(buf)
+        self.synchronize()
+        return buf
+
+    def pointer(self, buf: DeviceBuffer) -> int:
+        return buf.block.ptr() + buf.offset * buf.dtype.itemsize
+
+    def cuda_array_interface(self, buf: DeviceBuffer) -> tuple[DeviceBuffer, dict]:
+        buf = self.export(buf)
+        return buf, {"shape": tuple(buf.shape), "typestr": buf.dtype.str, "strides": None,
+                     "data": (self.pointer(buf) if buf.size else 0, False), "version": 3,
+                     "stream": None}
+
+    def dlpack_device(self) -> tuple[int, int]:
+        if runtime.SIM:      # simulated device memory is host memory
+            return (1, 0)
+        return (2, self._cuda.get_current_device().id)
+
+    def wrap_external(self, ptr, shape, strides, dtype, owner) -> DeviceBuffer:
+        """A DeviceBuffer over foreign device memory (strides in elements; owner kept alive)."""
+        dtype = np.dtype(dtype)
+        strides = tuple(strides) if strides is not None else c_strides(shape)
+        lo = sum((n - 1) * s for n, s in zip(shape, strides) if s < 0 and n > 0)
+        hi = sum((n - 1) * s for n, s in zip(shape, strides) if s > 0 and n > 0)
+        extent = (hi - lo + 1) if all(shape) else 0
+        base = ptr + lo * dtype.itemsize
+        cuda = self._cuda
+
+        def make(dt):
+            dt = np.dtype(dt)
+            n = extent * dtype.itemsize // dt.itemsize
+            return cuda.from_cuda_array_interface(
+                {"shape": (n,), "typestr": dt.str, "data": (base, False), "version": 3,
+                 "strides": None}, owner=owner, sync=False)
+
+        blk = arrays.ExternalBlock(make, owner, base)
+        return DeviceBuffer(blk, shape, strides, -lo, dtype)

@@ -1,0 +1,326 @@
+"""Elementwise primitives: one scalar-op table and one generated kernel template.
+
+Each op is a Python expression over the loaded operands a0, a1, ... in a compute type (float16
+computes in float32). The template is a grid-stride loop over the output; each operand is read
+as 'c' (contiguous: element i), 's' (a broadcast scalar: one element) or 'g' (general strides,
+index math over the coalesced shape). Dims of size 1 are dropped and adjacent dims that are
+contiguous for every operand are merged first, so kernels are compiled per
+(op, dtypes, layouts, coalesced rank, static params), never per shape.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import runtime
+from .arrays import DeviceBuffer, c_strides, const, pool
+
+# ---------------------------------------------------------------------------------------------
+# type helpers
+# ---------------------------------------------------------------------------------------------
+
+NB = {"float16": "float16", "float32": "float32", "float64": "float64", "int8": "int8",
+      "uint8": "uint8", "int16": "int16", "uint16": "uint16", "int32": "int32",
+      "uint32": "uint32", "int64": "int64", "uint64": "uint64", "bool": "boolean"}
+
+
+def nbt(dtype) -> str:
+    """The numba type name of a numpy dtype."""
+    return NB[np.dtype(dtype).name]
+
+
+def compute_t(dtype) -> str:
+    d = np.dtype(dtype)
+    return "float32" if d == np.float16 else nbt(d)
+
+
+class T:
+    """What an op template knows about its operand dtype."""
+
+    def __init__(self, dtype, out_dtype, params):
+        d = np.dtype(dtype)
+        self.dtype, self.out = d, np.dtype(out_dtype)
+        self.ct = compute_t(d)
+        self.kind = d.kind
+        self.bits = d.itemsize * 8
+        self.params = params
+
+    f = property(lambda self: self.kind == "f")
+
+
+# helper device functions, specialised per compute type (typed constants keep float32 float32)
+HELPERS = {
+    "idiv": """
+@cuda.jit(device=True, {opts})
+def idiv(x, y):
+    if y == 0:
+        return 0
+    q = x // y
+    if q < 0 and q * y != x:
+        q += 1
+    return q
+""",
+    "irem": """
+@cuda.jit(device=True, {opts})
+def irem(x, y):
+    if y == 0:
+        return 0
+    return x - idiv(x, y) * y
+""",
+    "ffloor": """
+@cuda.jit(device=True, {opts})
+def ffloor(x):
+    if not (abs(x) < {ct}(4503599627370496.0)):
+        return x
+    return {ct}(math.floor(x))
+""",
+    "fround": """
+@cuda.jit(device=True, {opts})
+def fround(x):
+    if not (abs(x) < {ct}(4503599627370496.0)):
+        return x
+    r = {ct}(math.floor(x))
+    d = x - r
+    if d > {ct}(0.5):
+        r += {ct}(1)
+    elif d == {ct}(0.5):
+        h = {ct}(math.floor(r * {ct}(0.5)))
+        if r - h * {ct}(2) != {ct}(0):
+            r += {ct}(1)
+    return r
+""",
+}
+
+
+def _sign(a, t):
+    z = f"{t.ct}(0)" if t.f else "0"
+    one = f"{t.ct}(1)" if t.f else "1"
+    return f"({one} if {a[0]} > {z} else (-{one} if {a[0]} < {z} else {a[0]}))"
+
+
+def _logistic(a, t):
+    x, c = a[0], t.ct
+    return (f"(({c}(1) / ({c}(1) + math.exp(-{x}))) if {x} >= {c}(0) else "
+            f"(math.exp({x}) / ({c}(1) + math.exp({x}))))")
+
+
+def _ipow(a, t):
+    y, x = t.params["y"], a[0]
+    if t.f:
+        if y == 0:
+            return f"{t.ct}(1)"
+        if y == 1:
+            return x
+        if y == 2:
+            return f"({x} * {x})"
+        return f"({x} ** {t.ct}({y}))"
+    if y < 0:   # numpy: 1 / x**|y| cast back to an integer
+        lo = np.iinfo(t.dtype).min
+        odd = y % 2 != 0
+        return (f"(1 if {x} == 1 else ({('-1 if ' + x + ' == -1 else ') if t.kind == 'i' else ''}"
+                f"({lo} if {x} == 0 else 0)))" if odd else
+                f"(1 if ({x} == 1 or {x} == -1) else ({lo} if {x} == 0 else 0))")
+    if y == 0:
+        return "1"
+    return "(" + " * ".join([x] * y) + ")" if y <= 8 else f"ipow({x}, {y})"
+
+
+def _maxmin(op):
+    def f(a, t):
+        x, y = a
+        if t.f:
+            return f"({x} if ({x} {op} {y} or {x} != {x}) else {y})"
+        return f"({x} if {x} {op} {y} else {y})"
+    return f
+
+
+def _shift(left):
+    def f(a, t):
+        x, y = a
+        if left:
+            body = f"({x} << {y})"
+        elif t.kind == "u":
+            body = f"({x} >> {y})"
+        else:
+            u = f"uint{t.bits}"
+            body = f"({t.out.name}({u}({x}) >> {u}({y})))"
+        return f"({body} if ({y} >= 0 and {y} < {t.bits}) else 0)"
+    return f
+
+
+def _convert(a, t):
+    if t.out == np.bool_:
+        return f"({a[0]} != 0)"
+    return a[0]
+
+
+def _u(fmt):
+    return lambda a, t: fmt.format(*a, ct=t.ct)
+
+
+# name -> (number of inputs, template(args, T) -> expression, helpers used)
+OPS: dict = {
+    "neg": (1, _u("(-{0})"), ()),
+    "exp": (1, _u("math.exp({0})"), ()),
+    "log": (1, _u("math.log({0})"), ()),
+    "log1p": (1, _u("math.log1p({0})"), ()),
+    "expm1": (1, _u("math.expm1({0})"), ()),
+    "tanh": (1, _u("math.tanh({0})"), ()),
+    "logistic": (1, _logistic, ()),
+    "sin": (1, _u("math.sin({0})"), ()),
+    "cos": (1, _u("math.cos({0})"), ()),
+    "sqrt": (1, _u("math.sqrt({0})"), ()),
+    "rsqrt": (1, _u("({ct}(1) / math.sqrt({0}))"), ()),
+    "erf": (1, _u("math.erf({0})"), ()),
+    "abs": (1, _u("abs({0})"), ()),
+    "sign": (1, _sign, ()),
+    "floor": (1, _u("ffloor({0})"), ("ffloor",)),
+    "round": (1, _u("fround({0})"), ("fround",)),
+    "isfinite": (1, _u("math.isfinite({0})"), ()),
+    "not": (1, lambda a, t: f"(not {a[0]})" if t.kind == "b" else f"(~{a[0]})", ()),
+    "stop_gradient": (1, _u("{0}"), ()),
+    "copy": (1, _u("{0}"), ()),
+    "convert_element_type": (1, _convert, ()),
+    "integer_pow": (1, _ipow, ()),
+    "add": (2, _u("({0} + {1})"), ()),
+    "sub": (2, _u("({0} - {1})"), ()),
+    "mul": (2, _u("({0} * {1})"), ()),
+    "div": (2, lambda a, t: f"({a[0]} / {a[1]})" if t.f else f"idiv({a[0]}, {a[1]})",
+            ("idiv",)),
+    "rem": (2, lambda a, t: f"math.fmod({a[0]}, {a[1]})" if t.f else f"irem({a[0]}, {a[1]})",
+            ("idiv", "irem")),
+    "pow": (2, _u("({0} ** {1})"), ()),
+    "max": (2, _maxmin(">"), ()),
+    "min": (2, _maxmin("<"), ()),
+    "eq": (2, _u("({0} == {1})"), ()),
+    "ne": (2, _u("({0} != {1})"), ()),
+    "lt": (2, _u("({0} < {1})"), ()),
+    "le": (2, _u("({0} <= {1})"), ()),
+    "gt": (2, _u("({0} > {1})"), ()),
+    "ge": (2, _u("({0} >= {1})"), ()),
+    "and": (2, _u("({0} & {1})"), ()),
+    "or": (2, _u("({0} | {1})"), ()),
+    "xor": (2, _u("({0} ^ {1})"), ()),
+    "shift_left": (2, _shift(True), ()),
+    "shift_right_logical": (2, _shift(False), ()),
+    "select": (3, lambda a, t: f"({a[1]} if {a[0]} else {a[2]})", ()),
+    "iota": (0, lambda a, t: "i", ()),
+}
+
+IPOW_HELPER = """
+@cuda.jit(device=True, {opts})
+def ipow(x, n):
+    r = x - x + 1
+    while n > 0:
+        if n & 1:
+            r = r * x
+        x = x * x
+        n >>= 1
+    return r
+"""
+
+
+# ---------------------------------------------------------------------------------------------
+# layouts
+# ---------------------------------------------------------------------------------------------
+
+def coalesce(shape, strides_list):
+    """Drop size-1 dims and merge dims that are contiguous with each other for every operand."""
+    dims = []
+    for k, n in enumerate(shape):
+        if n == 1:
+            continue
+        ss = [s[k] for s in strides_list]
+        if dims:
+            pn, pss = dims[-1]
+            if all(ps == s * n for ps, s in zip(pss, ss)):
+                dims[-1] = (pn * n, ss)
+                continue
+        dims.append((n, ss))
+    shape = tuple(n for n, _ in dims)
+    return shape, [tuple(ss[j] for _, ss in dims) for j in range(len(strides_list))]
+
+
+def layout(shape, strides) -> str:
+    if all(s == 0 for s in strides) or not shape:
+        return "s" if shape else "c"
+    return "c" if tuple(strides) == c_strides(shape) else "g"
+
+
+def _source(name, dtypes, out_dtype, lays, out_lay, rank, params):
+    nin, tmpl, helpers = OPS[name]
+    t = T(dtypes[0] if dtypes else out_dtype, out_dtype, params)
+    opts = runtime.jit_opts()
+    need_g = out_lay == "g" or "g" in lays
+    args = ["n", "o", "oo"] + ([f"os{k}" for k in range(rank)] if out_lay == "g" else [])
+    for j, lay in enumerate(lays):
+        args += [f"x{j}", f"x{j}o"] + ([f"x{j}s{k}" for k in range(rank)] if lay == "g" else [])
+    if need_g:
+        args += [f"d{k}" for k in range(rank)]
+    body = ["    i = cuda.grid(1)", "    step = cuda.gridsize(1)", "    while i < n:"]
+    if need_g:
+        body.append("        r = i")
+        for k in range(rank - 1, 0, -1):
+            body.append(f"        k{k} = r % d{k}")
+            body.append(f"        r = r // d{k}")
+        body.append("        k0 = r")
+
+    def off(prefix, base, lay):
+        if lay == "c":
+            return f"{base} + i"
+        if lay == "s":
+            return base
+        return base + "".join(f" + k{k} * {prefix}s{k}" for k in range(rank))
+
+    names = []
+    for j, (lay, dt) in enumerate(zip(lays, dtypes)):
+        body.append(f"        a{j} = {compute_t(dt)}(x{j}[{off(f'x{j}', f'x{j}o', lay)}])")
+        names.append(f"a{j}")
+    expr = tmpl(names, t)
+    body.append(f"        o[{off('o', 'oo', out_lay)}] = {nbt(out_dtype)}({expr})")
+    body.append("        i += step")
+    src = "".join(HELPERS[h].format(opts=opts, ct=t.ct) for h in helpers)
+    if "ipow(" in expr:
+        src += IPOW_HELPER.format(opts=opts)
+    src += f"\n@cuda.jit({opts})\ndef kernel({', '.join(args)}):\n" + "\n".join(body) + "\n"
+    return src
+
+
+def run(name, ins, out_dtype, params=None, out: DeviceBuffer | None = None, shape=None):
+    """Apply op `name` elementwise; writes into `out` (a view) if given, else a new buffer."""
+    params = params or {}
+    shape = tuple(out.shape if out is not None else (ins[0].shape if ins else shape))
+    if out is None:
+        out = pool().empty(shape, out_dtype)
+    n = out.size
+    if n == 0:
+        return out
+    cshape, cstr = coalesce(shape, [out.strides] + [b.strides for b in ins])
+    rank = len(cshape)
+    out_lay = layout(cshape, cstr[0])
+    lays = tuple(layout(cshape, s) for s in cstr[1:])
+    dtypes = tuple(b.dtype.name for b in ins)
+    key = ("ew", name, dtypes, np.dtype(out_dtype).name, lays, out_lay,
+           rank if ("g" in lays or out_lay == "g") else -1, tuple(sorted(params.items())))
+    k = runtime.kernel(key, lambda: _source(name, dtypes, out_dtype, lays, out_lay, rank,
+                                            params))
+    args = [n, out.arr(), out.offset] + (list(cstr[0]) if out_lay == "g" else [])
+    for b, lay, st in zip(ins, lays, cstr[1:]):
+        args += [b.arr(), b.offset] + (list(st) if lay == "g" else [])
+    if "g" in lays or out_lay == "g":
+        args += list(cshape)
+    blocks, threads = runtime.grid_1d(n)
+    k[blocks, threads](*args)
+    return out
+
+
+def contiguous(buf: DeviceBuffer) -> DeviceBuffer:
+    """buf itself when C-contiguous, else a contiguous copy."""
+    if buf.is_contiguous():
+        return buf
+    return run("copy", [buf], buf.dtype)
+
+
+def fill(out: DeviceBuffer, value) -> DeviceBuffer:
+    """Write `value` into every element of `out`."""
+    c = const(value, out.dtype)
+    return run("copy", [c.view(out.shape, (0,) * out.ndim, c.offset)], out.dtype, out=out)

@@ -1,0 +1,147 @@
+"""Row kernels for the fused last-axis primitives of funcgrad/fused.py: softmax, log_softmax,
+softmax_xent, layer_norm and rms_norm, one block per row.
+
+Threads stride over the row and combine through a block all-reduce: warp shuffles then one
+shared slot per warp on a GPU, a shared-memory tree in the simulator (no shuffles there). The
+order is fixed, so results are deterministic. float16 rows compute in float32 like the numpy
+impls.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import runtime
+from .arrays import DeviceBuffer, from_host, pool, to_host
+from .elementwise import compute_t, contiguous, nbt
+
+
+def _op(kind, a, b):
+    return f"({a} + {b})" if kind == "sum" else f"({a} if ({a} > {b} or {a} != {a}) else {b})"
+
+
+def allreduce(var, kind, ct, T, shfl, ind="        "):
+    """Lines that replace `var` in every thread by its block-wide sum / max."""
+    ident = f"{ct}(0)" if kind == "sum" else f"{ct}(-math.inf)"
+    if not shfl:
+        return [f"{ind}sh[t] = {var}", f"{ind}cuda.syncthreads()", f"{ind}s = {T // 2}",
+                f"{ind}while s > 0:", f"{ind}    if t < s:",
+                f"{ind}        sh[t] = {_op(kind, 'sh[t]', 'sh[t + s]')}",
+                f"{ind}    cuda.syncthreads()", f"{ind}    s //= 2", f"{ind}{var} = sh[0]",
+                f"{ind}cuda.syncthreads()"]
+    L = [f"{ind}off = 16", f"{ind}while off > 0:",
+         f"{ind}    {var} = {_op(kind, var, f'cuda.shfl_down_sync(0xffffffff, {var}, off)')}",
+         f"{ind}    off //= 2", f"{ind}if t % 32 == 0:", f"{ind}    sh[t // 32] = {var}",
+         f"{ind}cuda.syncthreads()", f"{ind}if t < 32:",
+         f"{ind}    {var} = sh[t] if t < {T // 32} else {ident}", f"{ind}    off = 16",
+         f"{ind}    while off > 0:",
+         f"{ind}        {var} = {_op(kind, var, f'cuda.shfl_down_sync(0xffffffff, {var}, off)')}",
+         f"{ind}        off //= 2", f"{ind}    if t == 0:", f"{ind}        shb[0] = {var}",
+         f"{ind}cuda.syncthreads()", f"{ind}{var} = shb[0]", f"{ind}cuda.syncthreads()"]
+    return L
+
+
+def _source(kind, dtype, eps, label_dtype=None):
+    ct, out, T = compute_t(dtype), nbt(dtype), runtime.reduce_threads()
+    shfl = not runtime.SIM
+    ld = f"{ct}(x[base + j])"
+    args = {"softmax": "x, o", "log_softmax": "x, o", "softmax_xent": "x, lab, err, o",
+            "layer_norm": "x, sc, bi, o", "rms_norm": "x, sc, o"}[kind]
+    L = [f"\n@cuda.jit({runtime.jit_opts()})", f"def kernel(R, N, {args}):",
+         f"    sh = cuda.shared.array({T}, {ct})", f"    shb = cuda.shared.array(1, {ct})",
+         "    t = cuda.threadIdx.x", "    row = cuda.blockIdx.x", "    while row < R:",
+         "        base = row * N"]
+
+    def loop(body):
+        return [f"        for j in range({'t'}, N, {T}):"] + [f"            {b}" for b in body]
+
+    if kind in ("softmax", "log_softmax", "softmax_xent"):
+        L += [f"        m = {ct}(-math.inf)"] + loop([f"v = {ld}",
+                                                       "m = m if (m > v or m != m) else v"])
+        L += allreduce("m", "max", ct, T, shfl)
+        L += [f"        s = {ct}(0)"] + loop([f"s += math.exp({ld} - m)"])
+        L += allreduce("s", "sum", ct, T, shfl)
+        if kind == "softmax":
+            L += loop([f"o[base + j] = {out}(math.exp({ld} - m) / s)"])
+        elif kind == "log_softmax":
+            L += ["        ls = math.log(s)"] + loop([f"o[base + j] = {out}(({ld} - m) - ls)"])
+        else:
+            L += ["        if t == 0:", "            c = int64(lab[row])",
+                  "            if c < 0 or c >= N:", "                cuda.atomic.add(err, 0, 1)",
+                  "                cuda.atomic.min(err, 1, row)",
+                  f"                o[row] = {out}(math.nan)", "            else:",
+                  f"                o[row] = {out}(math.log(s) - ({ct}(x[base + c]) - m))"]
+    else:
+        inv_n = f"({ct}(1) / {ct}(N))"
+        if kind == "layer_norm":
+            L += [f"        s = {ct}(0)"] + loop([f"s += {ld}"]) + allreduce("s", "sum", ct, T,
+                                                                           shfl)
+            L += [f"        mu = s * {inv_n}", f"        q = {ct}(0)"]
+            L += loop([f"d = {ld} - mu", "q += d * d"]) + allreduce("q", "sum", ct, T, shfl)
+            L += [f"        rs = {ct}(1) / math.sqrt(q * {inv_n} + {ct}({eps!r}))"]
+            L += loop([f"o[base + j] = {out}(({ld} - mu) * rs * {ct}(sc[j]) + {ct}(bi[j]))"])
+        else:
+            L += [f"        q = {ct}(0)"] + loop([f"v = {ld}", "q += v * v"])
+            L += allreduce("q", "sum", ct, T, shfl)
+            L += [f"        rs = {ct}(1) / math.sqrt(q * {inv_n} + {ct}({eps!r}))"]
+            L += loop([f"o[base + j] = {out}({ld} * rs * {ct}(sc[j]))"])
+    L += ["        cuda.syncthreads()", "        row += cuda.gridDim.x"]
+    return "\n".join(L) + "\n"
+
+
+def _run(kind, x: DeviceBuffer, extra, out: DeviceBuffer, eps=None, label_dtype=None):
+    N = x.shape[-1]
+    R = x.size // N if N else 0
+    if R == 0:
+        return out
+    key = ("fused", kind, x.dtype.name, eps, label_dtype)
+    k = runtime.kernel(key, lambda: _source(kind, x.dtype, eps, label_dtype))
+    blocks = max(1, min(R, 2 if runtime.SIM else 65535))
+    k[blocks, runtime.reduce_threads()](R, N, x.arr(), *extra, out.arr())
+    return out
+
+
+def _flat(b: DeviceBuffer):
+    b = contiguous(b)
+    if b.offset:   # kernels index from 0: re-base through a copy-free view is not possible
+        from .elementwise import run
+        b = run("copy", [b], b.dtype)
+    return b
+
+
+def softmax(x, log=False):
+    x = _flat(x)
+    out = pool().empty(x.shape, x.dtype)
+    return _run("log_softmax" if log else "softmax", x, [], out)
+
+
+def softmax_xent(x, labels):
+    x, labels = _flat(x), _flat(labels)
+    out = pool().empty(labels.shape, x.dtype)
+    n = x.shape[-1]
+    err = from_host(np.array([0, 2 ** 62], np.int64))
+    if x.size:
+        _run("softmax_xent", x, [labels.arr(), err.arr()], out, label_dtype=labels.dtype.name)
+    elif labels.size:   # no classes: every label is out of range
+        return _bad_label(int(to_host(labels).reshape(-1)[0]), n)
+    count, pos = (int(v) for v in to_host(err))
+    if count:
+        _bad_label(int(to_host(labels).reshape(-1)[pos]), n)
+    return out
+
+
+def _bad_label(label, n):
+    from ..core import user_frame_src
+    raise IndexError(f"softmax_xent: label {label} is out of range for {n} classes"
+                     f"\n  at {user_frame_src()}")
+
+
+def layer_norm(x, scale, bias, eps):
+    x, scale, bias = _flat(x), _flat(scale), _flat(bias)
+    out = pool().empty(x.shape, x.dtype)
+    return _run("layer_norm", x, [scale.arr(), bias.arr()], out, eps=float(eps))
+
+
+def rms_norm(x, scale, eps):
+    x, scale = _flat(x), _flat(scale)
+    out = pool().empty(x.shape, x.dtype)
+    return _run("rms_norm", x, [scale.arr()], out, eps=float(eps))

@@ -1,0 +1,221 @@
+"""take (gather) and scatter / scatter_add along one axis, deterministic, with index checking.
+
+Indices are checked on the device: a kernel counts out-of-range indices and records the first
+bad position in a small error array (integer atomics only), which is read back after the launch
+and raised as IndexError, as the CPU backend does; kernels never touch memory through a bad
+index.
+
+scatter_add uses no float atomics. Its indices are bucketed per target row into CSR form
+(counts with integer atomics, a one-block scan, then a chunked stable fill that keeps positions
+in increasing order inside each bucket), and each output element then sums its own updates
+in index order: x + u[p1] + u[p2] + ..., the order numpy's add.at uses. scatter (set) takes the
+update at the last matching position, as numpy's fancy assignment does.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import runtime
+from .arrays import DeviceBuffer, from_host, pool, to_host
+from .elementwise import compute_t, contiguous, fill, nbt
+
+BIG = 2 ** 62
+
+
+def _check_source(with_counts: bool):
+    cnt = ("        else:\n            cuda.atomic.add(counts, v, 1)\n" if with_counts else "")
+    return f"""
+@cuda.jit({runtime.jit_opts()})
+def kernel(idx, io, NI, N, err, counts):
+    p = cuda.grid(1)
+    step = cuda.gridsize(1)
+    while p < NI:
+        v = int64(idx[io + p])
+        if v < 0:
+            v += N
+        if v < 0 or v >= N:
+            cuda.atomic.add(err, 0, 1)
+            cuda.atomic.min(err, 1, p)
+{cnt}        p += step
+"""
+
+
+def _check(name, idx: DeviceBuffer, N: int, counts: DeviceBuffer | None):
+    """Launch the index check (and bucket count); returns the error array to read later."""
+    err = from_host(np.array([0, BIG], np.int64))
+    NI = idx.size
+    if NI:
+        k = runtime.kernel(("idxcheck", idx.dtype.name, counts is not None),
+                           lambda: _check_source(counts is not None))
+        blocks, threads = runtime.grid_1d(NI)
+        cnt = counts.arr() if counts is not None else err.arr()
+        k[blocks, threads](idx.arr(), idx.offset, NI, N, err.arr(), cnt)
+    return err
+
+
+def _raise_if_bad(name, err, idx: DeviceBuffer, N: int):
+    count, pos = (int(v) for v in to_host(err))
+    if count:
+        first = int(to_host(idx.view((), (), idx.offset + pos))[()])
+        from ..core import user_frame_src
+        raise IndexError(f"{name}: index {first} is out of bounds for an axis of size {N} "
+                         f"({count} of {idx.size} indices out of range)\n  at {user_frame_src()}")
+
+
+def _gather_source(dtype):
+    return f"""
+@cuda.jit({runtime.jit_opts()})
+def kernel(n, x, xo, idx, io, o, NI, N, POST):
+    i = cuda.grid(1)
+    step = cuda.gridsize(1)
+    while i < n:
+        post = i % POST
+        t = i // POST
+        j = t % NI
+        pre = t // NI
+        v = int64(idx[io + j])
+        if v < 0:
+            v += N
+        if v >= 0 and v < N:
+            o[i] = x[xo + (pre * N + v) * POST + post]
+        else:
+            o[i] = {nbt(dtype)}(0)
+        i += step
+"""
+
+
+def take(x: DeviceBuffer, idx: DeviceBuffer, axis: int, out_aval) -> DeviceBuffer:
+    x, idx = contiguous(x), contiguous(idx)
+    N = x.shape[axis]
+    post = int(np.prod(x.shape[axis + 1:], dtype=np.int64))
+    err = _check("take", idx, N, None)
+    out = pool().empty(out_aval.shape, out_aval.dtype)
+    n = out.size
+    if n:
+        k = runtime.kernel(("gather", x.dtype.name, idx.dtype.name),
+                           lambda: _gather_source(x.dtype))
+        blocks, threads = runtime.grid_1d(n)
+        k[blocks, threads](n, x.arr(), x.offset, idx.arr(), idx.offset, out.arr(), idx.size,
+                           N, post)
+    _raise_if_bad("take", err, idx, N)
+    return out
+
+
+def _csr_source(T):
+    return f"""
+@cuda.jit({runtime.jit_opts()})
+def kernel(idx, io, NI, N, counts, offs, perm):
+    sh = cuda.shared.array({T + 1}, int64)
+    keys = cuda.shared.array({T}, int64)
+    t = cuda.threadIdx.x
+    S = (N + {T - 1}) // {T}
+    lo = t * S
+    hi = min(N, lo + S)
+    s = 0
+    for j in range(lo, hi):
+        s += counts[j]
+    sh[t] = s
+    cuda.syncthreads()
+    if t == 0:
+        run = 0
+        for u in range({T}):
+            c = sh[u]
+            sh[u] = run
+            run += c
+        sh[{T}] = run
+    cuda.syncthreads()
+    base = sh[t]
+    for j in range(lo, hi):
+        c = counts[j]
+        offs[j] = base
+        counts[j] = base
+        base += c
+    if t == 0:
+        offs[N] = sh[{T}]
+    cuda.syncthreads()
+    c0 = 0
+    while c0 < NI:
+        p = c0 + t
+        key = -1
+        if p < NI:
+            v = int64(idx[io + p])
+            if v < 0:
+                v += N
+            if v >= 0 and v < N:
+                key = v
+        keys[t] = key
+        cuda.syncthreads()
+        rank = 0
+        last = True
+        for u in range({T}):
+            if keys[u] == key:
+                if u < t:
+                    rank += 1
+                elif u > t:
+                    last = False
+        if key >= 0:
+            perm[counts[key] + rank] = p
+        cuda.syncthreads()
+        if key >= 0 and last:
+            counts[key] += rank + 1
+        cuda.syncthreads()
+        c0 += {T}
+"""
+
+
+def _scatter_source(dtype, add: bool):
+    ct, out = compute_t(dtype), nbt(dtype)
+    if add:
+        body = f"""        acc = {ct}(x[xo + i])
+        for q in range(offs[j], offs[j + 1]):
+            p = perm[q]
+            acc = acc + {ct}(upd[uo + (pre * NI + p) * POST + post])
+        o[i] = {out}(acc)"""
+    else:
+        body = """        e = offs[j + 1]
+        if e > offs[j]:
+            p = perm[e - 1]
+            o[i] = upd[uo + (pre * NI + p) * POST + post]
+        else:
+            o[i] = x[xo + i]"""
+    return f"""
+@cuda.jit({runtime.jit_opts()})
+def kernel(n, x, xo, upd, uo, perm, offs, o, NI, N, POST):
+    i = cuda.grid(1)
+    step = cuda.gridsize(1)
+    while i < n:
+        post = i % POST
+        t = i // POST
+        j = t % N
+        pre = t // N
+{body}
+        i += step
+"""
+
+
+def scatter(x: DeviceBuffer, idx: DeviceBuffer, upd: DeviceBuffer, axis: int, add: bool):
+    name = "scatter_add" if add else "scatter"
+    x, idx, upd = contiguous(x), contiguous(idx), contiguous(upd)
+    N = x.shape[axis]
+    post = int(np.prod(x.shape[axis + 1:], dtype=np.int64))
+    NI = idx.size
+    if NI == 0:
+        return x
+    counts = pool().empty((N,), np.int64)
+    fill(counts, 0)
+    err = _check(name, idx, N, counts)
+    if x.size:
+        offs = pool().empty((N + 1,), np.int64)
+        perm = pool().empty((NI,), np.int64)
+        T = runtime.reduce_threads()
+        k = runtime.kernel(("csr", idx.dtype.name, T), lambda: _csr_source(T))
+        k[1, T](idx.arr(), idx.offset, NI, N, counts.arr(), offs.arr(), perm.arr())
+        out = pool().empty(x.shape, x.dtype)
+        k = runtime.kernel(("scatter", x.dtype.name, add), lambda: _scatter_source(x.dtype, add))
+        blocks, threads = runtime.grid_1d(out.size)
+        k[blocks, threads](out.size, x.arr(), x.offset, upd.arr(), upd.offset, perm.arr(),
+                           offs.arr(), out.arr(), NI, N, post)
+    else:
+        out = x
+    _raise_if_bad(name, err, idx, N)
+    return out

@@ -1,0 +1,160 @@
+"""dot_general as a batched GEMM: operands viewed as (batch, rows, contract) and
+(batch, contract, cols) with one stride per group (copied first only when their axes cannot be
+grouped that way), then a tiled kernel generated with fully unrolled register blocking.
+
+Kernel shape (GPU: 128x128 tiles, BK=8, 256 threads, each thread an 8x8 block of C held in 64
+scalar registers; 64x64 tiles with 4x4 per thread when 128-tiles would leave SMs idle):
+  - the A and B tiles are staged through double-buffered shared memory, one barrier per k-step;
+  - global loads are mapped so that consecutive threads read consecutive addresses, whichever of
+    an operand's two axes is the contiguous one (transposed operands need no copy);
+  - a thread's rows/cols are strided by the thread-grid size, so shared reads are conflict-free.
+The accumulation order is fixed (k ascending), so results are deterministic. The simulator runs
+the same generator with 8x8 tiles and 2x2 per thread.
+"""
+from __future__ import annotations
+
+import math
+
+from . import runtime
+from .arrays import DeviceBuffer, pool
+from .elementwise import compute_t, contiguous, nbt
+
+GPU_TILES = {"big": (128, 128, 8, 8, 8), "small": (64, 64, 8, 4, 4)}
+SIM_TILES = (8, 8, 4, 2, 2)
+
+
+def _acc_t(dtype) -> str:
+    return compute_t(dtype) if dtype.kind == "f" else "int64"
+
+
+def _source(dtype, out_dtype, a_mode, b_mode, BM, BN, BK, TM, TN):
+    ct, ld, out = _acc_t(dtype), compute_t(dtype), nbt(out_dtype)
+    RM, RN = BM // TM, BN // TN
+    NT = RM * RN
+    LA, LB = BM * BK // NT, BK * BN // NT
+    assert NT % BK == 0 and NT % BM == 0 and NT % BN == 0 and LA * NT == BM * BK
+    P = 4 if BM >= 32 else 0
+    L = [f"\n@cuda.jit({runtime.jit_opts()})",
+         "def kernel(A, ao, sab, sam, sak, B, bo, sbb, sbk, sbn, C, co, M, N, K):",
+         f"    As = cuda.shared.array((2, {BK}, {BM + P}), {ct})",
+         f"    Bs = cuda.shared.array((2, {BK}, {BN + P}), {ct})",
+         "    tid = cuda.threadIdx.x", "    bz = cuda.blockIdx.z",
+         f"    m0 = cuda.blockIdx.y * {BM}", f"    n0 = cuda.blockIdx.x * {BN}",
+         f"    tx = tid % {RN}", f"    ty = tid // {RN}",
+         "    abase = ao + bz * sab", "    bbase = bo + bz * sbb"]
+    # which (row, k) / (k, col) element each of a thread's loads fetches
+    for q in range(LA):
+        if a_mode == "k":
+            L += [f"    ak{q} = tid % {BK}", f"    am{q} = tid // {BK} + {q * (NT // BK)}"]
+        else:
+            L += [f"    am{q} = tid % {BM}", f"    ak{q} = tid // {BM} + {q * (NT // BM)}"]
+        L += [f"    aok{q} = m0 + am{q} < M", f"    aoff{q} = abase + (m0 + am{q}) * sam",
+              f"    ra{q} = {ct}(0)"]
+    for q in range(LB):
+        if b_mode == "n":
+            L += [f"    bn{q} = tid % {BN}", f"    bk{q} = tid // {BN} + {q * (NT // BN)}"]
+        else:
+            L += [f"    bk{q} = tid % {BK}", f"    bn{q} = tid // {BK} + {q * (NT // BK)}"]
+        L += [f"    bok{q} = n0 + bn{q} < N", f"    boff{q} = bbase + (n0 + bn{q}) * sbn",
+              f"    rb{q} = {ct}(0)"]
+    for i in range(TM):
+        L.append("    " + "; ".join(f"c{i}_{j} = {ct}(0)" for j in range(TN)))
+
+    def loads(ind, k0):
+        out_ = []
+        for q in range(LA):
+            out_ += [f"{ind}kk = {k0} + ak{q}",
+                     f"{ind}ra{q} = {ct}({ld}(A[aoff{q} + kk * sak])) if (aok{q} and kk < K) "
+                     f"else {ct}(0)"]
+        for q in range(LB):
+            out_ += [f"{ind}kk = {k0} + bk{q}",
+                     f"{ind}rb{q} = {ct}({ld}(B[boff{q} + kk * sbk])) if (bok{q} and kk < K) "
+                     f"else {ct}(0)"]
+        return out_
+
+    def stores(ind, buf):
+        return ([f"{ind}As[{buf}, ak{q}, am{q}] = ra{q}" for q in range(LA)]
+                + [f"{ind}Bs[{buf}, bk{q}, bn{q}] = rb{q}" for q in range(LB)])
+
+    L += [f"    nk = (K + {BK - 1}) // {BK}", "    if nk > 0:"]
+    L += loads("        ", "0") + stores("        ", "0")
+    L += ["    cuda.syncthreads()", "    for t in range(nk):", "        cur = t % 2",
+          "        if t + 1 < nk:"]
+    L += loads("            ", f"(t + 1) * {BK}")
+    for kk in range(BK):
+        L += [f"        a{i} = As[cur, {kk}, ty + {i * RM}]" for i in range(TM)]
+        L += [f"        b{j} = Bs[cur, {kk}, tx + {j * RN}]" for j in range(TN)]
+        for i in range(TM):
+            L.append("        " + "; ".join(f"c{i}_{j} += a{i} * b{j}" for j in range(TN)))
+    L += ["        if t + 1 < nk:"] + stores("            ", "1 - cur")
+    L += ["        cuda.syncthreads()", "    cbase = co + bz * M * N"]
+    for i in range(TM):
+        L += [f"    row = m0 + ty + {i * RM}", "    if row < M:"]
+        for j in range(TN):
+            L += [f"        col = n0 + tx + {j * RN}", "        if col < N:",
+                  f"            C[cbase + row * N + col] = {out}(c{i}_{j})"]
+    return "\n".join(L) + "\n"
+
+
+def _collapse(shape, strides):
+    dims = [(n, s) for n, s in zip(shape, strides) if n != 1]
+    if not dims:
+        return 1, 0
+    n, s = dims[-1]
+    for pn, ps in reversed(dims[:-1]):
+        if ps != s * n:
+            return None
+        n *= pn
+    return n, dims[-1][1]
+
+
+def _grouped(x: DeviceBuffer, groups):
+    """x viewed as len(groups) dims (sizes, strides), copying only if some group is not a run."""
+    perm = [d for g in groups for d in g]
+    shape = [x.shape[d] for d in perm]
+    strides = [x.strides[d] for d in perm]
+    res, i = [], 0
+    for g in groups:
+        c = _collapse(shape[i:i + len(g)], strides[i:i + len(g)])
+        if c is None:
+            return _grouped_copy(x, perm, shape, strides, groups)
+        res.append(c)
+        i += len(g)
+    return x, res
+
+
+def _grouped_copy(x, perm, shape, strides, groups):
+    x = contiguous(x.view(shape, strides, x.offset))
+    sizes = []
+    i = 0
+    for g in groups:
+        sizes.append(math.prod(shape[i:i + len(g)]))
+        i += len(g)
+    st = [sizes[1] * sizes[2], sizes[2], 1]
+    return x, list(zip(sizes, st))
+
+
+def dot_general(x: DeviceBuffer, y: DeviceBuffer, dimension_numbers, out_aval) -> DeviceBuffer:
+    (lc, rc), (lb, rb) = dimension_numbers
+    lf = [d for d in range(x.ndim) if d not in lc and d not in lb]
+    rf = [d for d in range(y.ndim) if d not in rc and d not in rb]
+    xa, ((Bn, sab), (M, sam), (K, sak)) = _grouped(x, [list(lb), lf, list(lc)])
+    yb, ((_, sbb), (K2, sbk), (N, sbn)) = _grouped(y, [list(rb), list(rc), rf])
+    out = pool().empty(out_aval.shape, out_aval.dtype)
+    if out.size == 0:
+        return out
+    a_mode = "k" if (sak == 1 or sam != 1) else "m"
+    b_mode = "n" if (sbn == 1 or sbk != 1) else "k"
+    if runtime.SIM:
+        tiles = SIM_TILES
+    else:
+        big = GPU_TILES["big"]
+        nblk = -(-M // big[0]) * -(-N // big[1]) * Bn
+        tiles = big if nblk >= 132 else GPU_TILES["small"]
+    BM, BN, BK, TM, TN = tiles
+    key = ("gemm", x.dtype.name, out.dtype.name, a_mode, b_mode, tiles)
+    k = runtime.kernel(key, lambda: _source(x.dtype, out.dtype, a_mode, b_mode, *tiles))
+    grid = (-(-N // BN), -(-M // BM), Bn)
+    k[grid, (BM // TM) * (BN // TN)](xa.arr(), xa.offset, sab, sam, sak, yb.arr(), yb.offset,
+                                     sbb, sbk, sbn, out.arr(), out.offset, M, N, K)
+    return out

@@ -1,0 +1,233 @@
+"""Deterministic reductions over any set of axes: sum, prod, max, min, argmax, argmin.
+
+The operand is viewed as (K kept, R reduced) with one stride each (copied to a contiguous layout
+first when the axes cannot be expressed that way). Two kernel shapes, both with a fixed
+combination order, so equal inputs give bit-identical outputs (no atomics anywhere):
+  row: one block per output (or per chunk of one); threads stride over r, then a block tree
+       (warp shuffles on a GPU, a shared-memory tree in the simulator, which has no shuffles);
+  col: one thread per output (used when the kept axis is the contiguous one), looping over r.
+Long reductions are split into G chunks whose partials a second row pass combines; G depends only
+on the shape, so the order never varies between runs.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import runtime
+from .arrays import DeviceBuffer, pool
+from .elementwise import compute_t, contiguous, nbt
+
+BIG_INDEX = 2 ** 62
+
+
+def acc_dtype(kind: str, dtype) -> np.dtype:
+    d = np.dtype(dtype)
+    if d.kind == "f":
+        return np.dtype(np.float32) if d == np.float16 else d
+    return np.dtype(np.int64)
+
+
+def _ident(kind, acc):
+    ct = nbt(acc)
+    if kind == "sum":
+        return f"{ct}(0)"
+    if kind == "prod":
+        return f"{ct}(1)"
+    hi = kind in ("max", "argmax")
+    if acc.kind == "f":
+        return f"{ct}({'-' if hi else ''}math.inf)"
+    return str(-2 ** 63) if hi else str(2 ** 63 - 1)
+
+
+def _combine(kind, acc) -> str:
+    """Device function `comb(a, b)` (or `better(va, ia, vb, ib)` for arg reductions)."""
+    opts = runtime.jit_opts()
+    if kind in ("sum", "prod"):
+        op = "+" if kind == "sum" else "*"
+        return f"\n@cuda.jit(device=True, {opts})\ndef comb(a, b):\n    return a {op} b\n"
+    cmp = ">" if kind in ("max", "argmax") else "<"
+    if kind in ("max", "min"):
+        nan = " or a != a" if acc.kind == "f" else ""
+        return (f"\n@cuda.jit(device=True, {opts})\ndef comb(a, b):\n"
+                f"    return a if (a {cmp} b{nan}) else b\n")
+    nan = ("    if va != va:\n        return vb == vb or ia < ib\n"
+           "    if vb != vb:\n        return False\n") if acc.kind == "f" else ""
+    return (f"\n@cuda.jit(device=True, {opts})\ndef better(va, ia, vb, ib):\n{nan}"
+            f"    if va {cmp} vb:\n        return True\n"
+            "    if va == vb:\n        return ia < ib\n    return False\n")
+
+
+def _row_source(kind, in_dtype, acc, out_dtype, threads, shfl):
+    arg = kind.startswith("arg")
+    ct, ident, out = nbt(acc), _ident(kind, acc), nbt(out_dtype)
+    load = f"{ct}({compute_t(in_dtype)}(x[base + r * sr]))"
+    L = [_combine(kind, acc), f"\n@cuda.jit({runtime.jit_opts()})",
+         "def kernel(KG, G, R, CH, x, xo, sk, sr, o, oo):",
+         f"    sv = cuda.shared.array({threads}, {ct})"]
+    if arg:
+        L.append(f"    si = cuda.shared.array({threads}, int64)")
+    L += ["    t = cuda.threadIdx.x", "    row = cuda.blockIdx.x", "    while row < KG:",
+          "        k = row // G", "        g = row - k * G", "        r0 = g * CH",
+          "        r1 = min(R, r0 + CH)", "        base = xo + k * sk",
+          f"        acc = {ident}", f"        ai = {BIG_INDEX}" if arg else "",
+          "        r = r0 + t", "        while r < r1:", f"            v = {load}"]
+    if arg:
+        L += ["            if better(v, r, acc, ai):", "                acc = v",
+              "                ai = r"]
+    else:
+        L.append("            acc = comb(acc, v)")
+    L.append(f"            r += {threads}")
+
+    def merge(a, ai, b, bi, ind):
+        if arg:
+            return [f"{ind}if better({b}, {bi}, {a}, {ai}):", f"{ind}    {a} = {b}",
+                    f"{ind}    {ai} = {bi}"]
+        return [f"{ind}{a} = comb({a}, {b})"]
+
+    if shfl:   # warp tree, then the first warp combines the per-warp results
+        nw = threads // 32
+        for stage in (0, 1):
+            ind = "        " if stage == 0 else "            "
+            if stage == 1:
+                L += ["        if t < 32:",
+                      f"            acc = sv[t] if t < {nw} else {ident}"]
+                if arg:
+                    L.append(f"            ai = si[t] if t < {nw} else {BIG_INDEX}")
+            L += [f"{ind}off = 16", f"{ind}while off > 0:",
+                  f"{ind}    ov = cuda.shfl_down_sync(0xffffffff, acc, off)"]
+            if arg:
+                L.append(f"{ind}    oi = cuda.shfl_down_sync(0xffffffff, ai, off)")
+            L += merge("acc", "ai", "ov", "oi", ind + "    ") + [f"{ind}    off //= 2"]
+            if stage == 0:
+                L += ["        if t % 32 == 0:", "            sv[t // 32] = acc"]
+                if arg:
+                    L.append("            si[t // 32] = ai")
+                L.append("        cuda.syncthreads()")
+        L += ["            if t == 0:",
+              f"                o[oo + row] = {out}({'ai' if arg else 'acc'})"]
+    else:      # shared-memory tree (the simulator has no warp shuffles)
+        L += ["        sv[t] = acc"] + (["        si[t] = ai"] if arg else [])
+        L += ["        cuda.syncthreads()", f"        s = {threads // 2}", "        while s > 0:",
+              "            if t < s:", "                a = sv[t]", "                b = sv[t + s]"]
+        if arg:
+            L += ["                if better(b, si[t + s], a, si[t]):",
+                  "                    sv[t] = b", "                    si[t] = si[t + s]"]
+        else:
+            L.append("                sv[t] = comb(a, b)")
+        L += ["            cuda.syncthreads()", "            s //= 2", "        if t == 0:",
+              f"            o[oo + row] = {out}({'si[0]' if arg else 'sv[0]'})"]
+    L += ["        cuda.syncthreads()", "        row += cuda.gridDim.x"]
+    return "\n".join(x for x in L if x) + "\n"
+
+
+def _col_source(kind, in_dtype, acc, out_dtype):
+    arg = kind.startswith("arg")
+    ct, ident, out = nbt(acc), _ident(kind, acc), nbt(out_dtype)
+    L = [_combine(kind, acc), f"\n@cuda.jit({runtime.jit_opts()})",
+         "def kernel(KG, K, G, R, CH, x, xo, sk, sr, o, oo):",
+         "    j = cuda.grid(1)", "    step = cuda.gridsize(1)", "    while j < KG:",
+         "        k = j % K", "        g = j // K", "        r0 = g * CH",
+         "        r1 = min(R, r0 + CH)", "        base = xo + k * sk", f"        acc = {ident}",
+         f"        ai = {BIG_INDEX}" if arg else "", "        for r in range(r0, r1):",
+         f"            v = {ct}({compute_t(in_dtype)}(x[base + r * sr]))"]
+    if arg:
+        L += ["            if better(v, r, acc, ai):", "                acc = v",
+              "                ai = r"]
+    else:
+        L.append("            acc = comb(acc, v)")
+    L += [f"        o[oo + k * G + g] = {out}({'ai' if arg else 'acc'})", "        j += step"]
+    return "\n".join(x for x in L if x) + "\n"
+
+
+def _collapse(shape, strides):
+    """(n, stride) of a group of dims if it is one strided run, else None."""
+    dims = [(n, s) for n, s in zip(shape, strides) if n != 1]
+    if not dims:
+        return 1, 0
+    n, s = dims[-1]
+    for pn, ps in reversed(dims[:-1]):
+        if ps != s * n:
+            return None
+        n *= pn
+    return n, dims[-1][1]
+
+
+def _as_2d(x: DeviceBuffer, axes):
+    """(buffer, K, R, sk, sr): x seen as kept x reduced."""
+    kept = [d for d in range(x.ndim) if d not in axes]
+    red = list(axes)
+    perm = kept + red
+    shape = [x.shape[d] for d in perm]
+    strides = [x.strides[d] for d in perm]
+    kg = _collapse(shape[:len(kept)], strides[:len(kept)])
+    rg = _collapse(shape[len(kept):], strides[len(kept):])
+    if kg is None or rg is None:
+        x = contiguous(x.view(shape, strides, x.offset))
+        K, R = math.prod(shape[:len(kept)]), math.prod(shape[len(kept):])
+        return x, K, R, R, 1
+    return x, kg[0], rg[0], kg[1], rg[1]
+
+
+def _chunks(mode, K, R):
+    if runtime.SIM:
+        want, minch = (4, 16) if mode == "row" else (16, 8)
+    else:
+        want, minch = (1024, 8192) if mode == "row" else (65536, 64)
+    G = max(1, min(-(-want // K), -(-R // minch), 1024))
+    CH = -(-R // G)
+    return -(-R // CH), CH
+
+
+def _launch(kind, x, K, R, sk, sr, out: DeviceBuffer, G=None):
+    """Reduce x (as K x R) into out (K*G elements, contiguous)."""
+    acc = acc_dtype(kind, x.dtype)
+    col = sk == 1 and sr != 1 and K > 1
+    if G is None:
+        G = 1
+    CH = -(-R // G) if R else 0
+    in_name, out_name = x.dtype.name, out.dtype.name
+    if col:
+        key = ("red_col", kind, in_name, acc.name, out_name)
+        k = runtime.kernel(key, lambda: _col_source(kind, x.dtype, acc, out.dtype))
+        blocks, threads = runtime.grid_1d(K * G)
+        k[blocks, threads](K * G, K, G, R, CH, x.arr(), x.offset, sk, sr, out.arr(), out.offset)
+    else:
+        threads = runtime.reduce_threads()
+        shfl = not runtime.SIM
+        key = ("red_row", kind, in_name, acc.name, out_name, threads, shfl)
+        k = runtime.kernel(key, lambda: _row_source(kind, x.dtype, acc, out.dtype, threads,
+                                                    shfl))
+        blocks = max(1, min(K * G, 2 if runtime.SIM else 65535))
+        k[blocks, threads](K * G, G, R, CH, x.arr(), x.offset, sk, sr, out.arr(), out.offset)
+    return out
+
+
+def reduce(kind: str, x: DeviceBuffer, axes, out_dtype) -> DeviceBuffer:
+    """sum / prod / max / min of x over `axes` (x non-empty)."""
+    axes = tuple(sorted(axes))
+    out_shape = tuple(n for d, n in enumerate(x.shape) if d not in axes)
+    out = pool().empty(out_shape, out_dtype)
+    if out.size == 0:
+        return out
+    x2, K, R, sk, sr = _as_2d(x, axes)
+    mode = "col" if (sk == 1 and sr != 1 and K > 1) else "row"
+    G, CH = _chunks(mode, K, R)
+    if G == 1:
+        return _launch(kind, x2, K, R, sk, sr, out)
+    acc = acc_dtype(kind, x.dtype)
+    part = pool().empty((K, G), acc)
+    _launch(kind, x2, K, R, sk, sr, part, G=G)
+    # partials of a sum/prod/max/min combine with the same operation
+    return _launch(kind, part, K, G, G, 1, out)
+
+
+def arg_reduce(kind: str, x: DeviceBuffer, axis: int, index_dtype) -> DeviceBuffer:
+    """argmax / argmin of x along `axis` (first occurrence; NaN counts as the extreme)."""
+    out_shape = tuple(n for d, n in enumerate(x.shape) if d != axis)
+    out = pool().empty(out_shape, index_dtype)
+    if out.size == 0:
+        return out
+    x2, K, R, sk, sr = _as_2d(x, (axis,))
+    return _launch(kind, x2, K, R, sk, sr, out)
