@@ -372,6 +372,18 @@ def test_float64_precision_and_int_inputs():
     close(fnp.ceil(np.array([-0.5, 0.5])), [0, 1])
 
 
+def test_infinities_and_small_int_reductions():
+    inf = np.array([-np.inf, np.inf, -np.inf, 1.0])
+    other = np.array([-np.inf, np.inf, 2.0, np.inf])
+    close(fnp.logaddexp(inf, other), np.logaddexp(inf, other))  # numpy operands: no warnings
+    close(nn.softplus(np.array([-np.inf, np.inf])), [0, np.inf])
+    i8 = np.array([100, 100, -100], np.int8)
+    close(fnp.prod(i8), -1000000, dtype=I32)  # like sum: small ints accumulate in int32
+    close(fnp.sum(i8), 100, dtype=I32)
+    close(fnp.prod(np.array([True, True])), 1, dtype=I32)
+    close(fnp.hstack([np.float32(1), np.float32(2)]), [1, 2])
+
+
 def test_python_int_overflow():
     with pytest.raises(OverflowError):
         fnp.asarray(2 ** 40)
@@ -1048,3 +1060,29 @@ def test_reduction_grads(name, case, seed):
             return
     check_grads(lambda t: getattr(fnp, name)(t, axis=axis, keepdims=keepdims), (x,),
                 order=2, atol=1e-5, rtol=1e-4)
+
+
+@st.composite
+def _einsum_case(draw):
+    """A random one- or two-operand contraction (distinct labels within an operand)."""
+    pool = "abcde"
+    sizes = {c: draw(st.integers(0, 3)) for c in pool}
+    n_ops = draw(st.integers(1, 2))
+    terms = [draw(st.lists(st.sampled_from(pool), unique=True, max_size=4)) for _ in range(n_ops)]
+    used = sorted(set().union(*map(set, terms)))
+    out = draw(st.permutations(used)) if used else []
+    out = out[:draw(st.integers(0, len(out)))]
+    spec = ",".join("".join(t) for t in terms) + "->" + "".join(out)
+    shapes = [tuple(sizes[c] for c in t) for t in terms]
+    return spec, shapes
+
+
+@given(case=_einsum_case(), seed=st.integers(0, 100))
+def test_einsum_random(case, seed):
+    spec, shapes = case
+    rng = np.random.default_rng(seed)
+    ops = [rnd(rng, s) for s in shapes]
+    close(fnp.einsum(spec, *ops), np.einsum(spec, *ops), rtol=1e-5, atol=1e-5, dtype=F32)
+    if all(0 not in s for s in shapes):
+        check_grads(lambda *xs: fnp.einsum(spec, *xs), [o.astype(np.float64) for o in ops],
+                    order=1)

@@ -97,6 +97,7 @@ def concatenate(arrays, axis=0, dtype=None):
 
 def hstack(arrays):
     arrays = [asarray(a) for a in arrays]
+    arrays = [reshape(a, (1,)) if a.ndim == 0 else a for a in arrays]  # numpy's atleast_1d
     return concatenate(arrays, axis=0 if arrays[0].ndim == 1 else 1)
 
 

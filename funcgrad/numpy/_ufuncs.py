@@ -262,9 +262,10 @@ def clip(a, a_min=None, a_max=None):
 
 def logaddexp(x1, x2):
     """log(exp(x1) + exp(x2)), stable."""
-    a, b = promote_args("logaddexp", x1, x2, dtype=_float_dtype(x1, x2))
+    a, b = (asarray(v) for v in promote_args("logaddexp", x1, x2, dtype=_float_dtype(x1, x2)))
     m = maximum(a, b)
-    return m + log1p(exp(-abs(a - b)))
+    d = a - b  # nan when both are the same infinity: then the answer is a + b (like JAX)
+    return where(isnan(d), a + b, m + log1p(exp(-abs(d))))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -325,8 +326,8 @@ min = amin = _chooser(P.reduce_min_p, "min")
 def prod(a, axis=None, dtype=None, keepdims=False):
     """numpy.prod over axis None/int/tuple."""
     x = asarray(a, canonical_dtype(dtype))
-    if x.dtype.kind == "b":
-        x = asarray(x, np.int32)
+    if dtype is None and (x.dtype.kind == "b" or (x.dtype.kind in "iu" and x.dtype.itemsize < 4)):
+        x = asarray(x, np.int32)  # like sum: bools and small ints multiply as int32
     axes = norm_axes(axis, x.ndim, "prod")
     out = bind(P.reduce_prod_p, x, axes=axes) if axes else x
     return _keep(out, x, axes, keepdims)
