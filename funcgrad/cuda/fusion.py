@@ -327,11 +327,6 @@ class FusedKernel:
             a += [o.arr(), o.offset]
         return a
 
-    def describe(self) -> str:
-        ops = "+".join(e.prim.name for e in self.cluster.eqns)
-        return (f"fused[{ops}] {list(self.cluster.shape)}: {len(self.inputs)} in, "
-                f"{len(self.cluster.outputs)} out")
-
 
 def external_inputs(c: Cluster) -> list:
     """Variables the cluster reads from outside, in first-use order."""

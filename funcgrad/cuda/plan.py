@@ -22,7 +22,6 @@ class Plan:
                        else backend.from_numpy(np.asarray(c)) for c in consts]
         self.steps = fusion.plan_steps(expr)
         self.kernels: dict = {}  # (cluster index, layouts) -> compiled kernel
-        self.fused: dict = {}
         # last use of every variable, to release buffers early
         last = {}
         for i, (kind, s) in enumerate(self.steps):
@@ -79,7 +78,6 @@ class Plan:
             fk = fusion.FusedKernel(c, dict(zip(inputs, layout)))
             mod = runtime.module_from_source(fk.source.replace("{opts}", runtime.jit_opts()))
             k = self.kernels[key] = (fk, mod.kernel)
-            self.fused[i] = fk
         fk, kern = k
         pool = arrays.pool()
         outs = [pool.empty(o.aval.shape, o.aval.dtype) for o in c.outputs]
@@ -96,8 +94,9 @@ class Plan:
             if kind == "eqn":
                 lines.append(f"  {s.prim.name} -> {s.out.aval.str_short()}")
             else:
-                fk = self.fused.get(i)
-                lines.append("  " + (fk.describe() if fk else repr(s)))
+                ops = "+".join(e.prim.name for e in s.eqns)
+                lines.append(f"  fused[{ops}] {list(s.shape)}: "
+                             f"{len(fusion.external_inputs(s))} in, {len(s.outputs)} out")
         return "\n".join(lines)
 
 
