@@ -13,6 +13,7 @@ from hypothesis.extra import numpy as hnp
 import funcgrad
 import funcgrad.nn as nn
 import funcgrad.numpy as fnp
+from funcgrad.core import typecheck_expr
 from funcgrad.test_util import check_grads
 
 F32, F64, I32, I64, BOOL = (np.dtype(d) for d in ("float32", "float64", "int32", "int64", "bool"))
@@ -929,6 +930,10 @@ def test_api_grads(name):
     if name in ("clip_abs",):
         args = [np.array([-0.9, -0.3, -0.1, 0.2, 0.4, 0.8])]
     check_grads(fn, args, order=2)
+    # the backward expression type-checks
+    loss = lambda *a: sum(fnp.sum(o * 1.5) for o in funcgrad.tree_util.tree_leaves(fn(*a)))  # noqa
+    closed = funcgrad.make_jaxpr(funcgrad.grad(loss, argnums=tuple(range(len(args)))))(*args)
+    typecheck_expr(closed.expr)
 
 
 def test_api_grads_dtype_follow_inputs():

@@ -7,7 +7,7 @@ import numpy as np
 
 from .. import prims
 from ..core import (ArrayBase, ShapedArray, aval_of, bind, is_float, is_int, to_array,
-                    type_error)
+                    type_error, user_frame_src)
 
 # ---------------------------------------------------------------------------------------------
 # dtypes
@@ -54,7 +54,9 @@ def canonical_dtype(dtype):
         return _PY_DTYPES[dtype]
     dt = np.dtype(dtype)
     if dt.kind not in "biuf":
-        raise TypeError(f"funcgrad does not support dtype {dt.name}")
+        raise TypeError(f"funcgrad does not support dtype {dt.name} (supported: bool, int8, "
+                        f"uint8, int32, uint32, int64, float16, float32, float64)"
+                        f"\n  at {user_frame_src()}")
     return dt
 
 
