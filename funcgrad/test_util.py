@@ -76,7 +76,10 @@ def check_grads(f, args, order: int = 2, modes=("fwd", "rev"), eps: float = 1e-4
         >>> check_grads(fnp.sin, (np.float64(0.5),), order=2)
     """
     rng = np.random.default_rng(seed)
-    args = tuple(args)
+    # Python floats would trace as float32 while their tangents are float64: check in float64
+    leaves, tree = tree_flatten(tuple(args))
+    args = tuple(tree_unflatten(tree, [np.float64(x) if isinstance(x, float) else x
+                                       for x in leaves]))
     check_jvp(f, args, eps, atol, rtol, rng)
     if "rev" in modes:
         check_vjp(f, args, atol, rtol, rng)

@@ -335,3 +335,34 @@ def test_make_jaxpr_value_and_grad_has_aux_and_consts():
     typecheck_expr(closed.expr)
     assert len(closed.out_avals) == 3
     assert closed.in_avals[0].shape == (3,)
+
+
+# ---------------------------------------------------------------------------------------------
+# check_grads itself
+# ---------------------------------------------------------------------------------------------
+
+def test_check_grads_accepts_python_scalars_and_pytrees():
+    check_grads(fnp.sin, (0.5,), order=2)
+    check_grads(lambda p, s: fnp.sum(p["w"] * s) ** 2, ({"w": np.ones(3)}, 2.0), order=2)
+    check_grads(lambda x, i: x[i] * 2.0, (np.arange(3.0), np.int32(1)), order=2)
+    check_grads(lambda x: (x > 0, x * 2.0), (np.ones(2),), order=2)  # bool outputs skipped
+
+
+def test_check_grads_catches_wrong_rules(monkeypatch):
+    from funcgrad import prims
+    x = (np.array([0.3, -0.7]),)
+    check_grads(lambda t: fnp.sin(t), x, order=2)
+    # a wrong vjp rule (-cos): the <vjp(ct), t> = <ct, jvp(t)> identity fails
+    monkeypatch.setattr(prims.sin_p, "vjp", lambda ct, t, *, out: (
+        prims.neg(prims.mul(ct, prims.bind(prims.cos_p, t))),))
+    with pytest.raises(AssertionError, match="transpose"):
+        check_grads(lambda t: fnp.sin(t), x, order=1)
+    monkeypatch.undo()
+    # a wrong second derivative (cos' = +sin) is caught at order 2 only
+    monkeypatch.setattr(prims.cos_p, "jvp", lambda ts, xs, *, out: prims.mul(
+        ts[0], prims.bind(prims.sin_p, xs[0])))
+    monkeypatch.setattr(prims.cos_p, "vjp", lambda ct, t, *, out: (
+        prims.mul(ct, prims.bind(prims.sin_p, t)),))
+    check_grads(lambda t: fnp.sin(t), x, order=1)
+    with pytest.raises(AssertionError):
+        check_grads(lambda t: fnp.sin(t), x, order=2)
