@@ -499,3 +499,15 @@ def hypothesis_shapes(spec: PrimSpec, max_ndim: int = 3, max_side: int = 4):
     side = st.integers(0, max_side)
     return (st.lists(side, min_size=spec.min_ndim, max_size=max(max_ndim, spec.min_ndim))
             .map(tuple).filter(spec.supports))
+
+
+def all_cases(names: Optional[Sequence[str]] = None, dtypes: Optional[Sequence] = None
+              ) -> list[tuple[str, tuple[int, ...], np.dtype]]:
+    """(name, shape, dtype) for every row (or `names`), supported shape case and dtype (the
+    row's own dtypes, intersected with `dtypes` when given): ready for pytest's parametrize."""
+    out = []
+    for name in sorted(SPECS) if names is None else names:
+        spec = SPECS[name]
+        dts = [d for d in spec.dtypes if dtypes is None or d in {np.dtype(x) for x in dtypes}]
+        out += [(name, shape, d) for shape in spec.shape_cases() for d in dts]
+    return out

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from prim_specs import SHAPE_CASES, SPECS, hypothesis_shapes
+from prim_specs import F32, SHAPE_CASES, SPECS, all_cases, hypothesis_shapes
 
 import funcgrad
 import funcgrad.numpy as fnp
@@ -261,6 +261,9 @@ def test_spec_api_shape():
     assert 0 < rtol < 1e-2 and 0 < atol
     with pytest.raises(ValueError):
         SPECS["argmax"].make_args(np.random.default_rng(0), ())
+    cases = all_cases(dtypes=[np.float32])
+    assert {n for n, _, _ in cases} == {n for n, s in SPECS.items() if F32 in s.dtypes}
+    assert all(SPECS[n].supports(s) and d == F32 for n, s, d in cases)
 
 
 def test_helpers_full_like_and_add_any():
