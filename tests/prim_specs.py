@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -44,7 +44,7 @@ SHAPE_CASES: tuple[tuple[int, ...], ...] = (
 # (rtol, atol) for comparing a backend against the numpy impl, by dtype.
 DEFAULT_TOL = {F16: (1e-2, 1e-3), F32: (1e-5, 1e-6), F64: (1e-12, 1e-14)}
 # (eps, atol, rtol) for funcgrad.test_util.check_grads in float64.
-DEFAULT_GRAD_TOL = dict(eps=1e-4, atol=1e-6, rtol=1e-5)
+DEFAULT_GRAD_TOL = {"eps": 1e-4, "atol": 1e-6, "rtol": 1e-5}
 
 MakeFn = Callable[[np.random.Generator, tuple, np.dtype, bool], tuple[list, dict]]
 
@@ -71,7 +71,7 @@ class PrimSpec:
     diff_argnums: tuple = ()
     domain: str = "real"
     min_ndim: int = 0
-    supports_shape: Optional[Callable[[tuple], bool]] = None
+    supports_shape: Callable[[tuple], bool] | None = None
     tol: dict = dataclasses.field(default_factory=dict)
     grad_tol: dict = dataclasses.field(default_factory=dict)
     grad_order: int = 2
@@ -501,7 +501,7 @@ def hypothesis_shapes(spec: PrimSpec, max_ndim: int = 3, max_side: int = 4):
             .map(tuple).filter(spec.supports))
 
 
-def all_cases(names: Optional[Sequence[str]] = None, dtypes: Optional[Sequence] = None
+def all_cases(names: Sequence[str] | None = None, dtypes: Sequence | None = None
               ) -> list[tuple[str, tuple[int, ...], np.dtype]]:
     """(name, shape, dtype) for every row (or `names`), supported shape case and dtype (the
     row's own dtypes, intersected with `dtypes` when given): ready for pytest's parametrize."""

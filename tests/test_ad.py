@@ -83,6 +83,8 @@ def test_value_and_grad_has_aux():
     (v, aux), (g0, g1) = funcgrad.value_and_grad(
         lambda a, b: (fnp.sum(a * b), a), argnums=(0, 1), has_aux=True)(fnp.ones(2), fnp.ones(2))
     assert float(v) == 2.0 and aux.shape == (2,)
+    np.testing.assert_allclose(np.asarray(g0), [1, 1])
+    np.testing.assert_allclose(np.asarray(g1), [1, 1])
 
 
 def test_grad_pytrees():
@@ -124,7 +126,7 @@ def test_grad_closure_over_arrays():
 
 
 def test_grad_of_grad():
-    f = lambda x: x ** 3  # noqa: E731
+    f = lambda x: x ** 3
     assert float(funcgrad.grad(funcgrad.grad(f))(2.0)) == 12.0
     assert float(funcgrad.grad(funcgrad.grad(funcgrad.grad(f)))(2.0)) == 6.0
     d2 = funcgrad.grad(funcgrad.grad(fnp.sin))(np.float64(0.7))
@@ -144,7 +146,7 @@ def test_grad_of_grad():
 
 
 def test_jvp_of_grad_and_grad_of_jvp():
-    f = lambda x: fnp.sum(fnp.sin(x) * x)  # noqa: E731
+    f = lambda x: fnp.sum(fnp.sin(x) * x)
     x = np.array([0.3, -1.2])
     # Hessian-vector product two ways
     v = np.array([1.0, 2.0])
@@ -166,6 +168,7 @@ def test_vjp():
     (ct,) = f_vjp(np.ones(3))
     np.testing.assert_allclose(np.asarray(ct), 2 * x)
     out, f_vjp = funcgrad.vjp(lambda a, b: {"s": a * b, "d": [a - b]}, x, 2 * x)
+    np.testing.assert_allclose(np.asarray(out["d"][0]), -x)
     ca, cb = f_vjp({"s": np.ones(3), "d": [np.full(3, 2.0)]})
     np.testing.assert_allclose(np.asarray(ca), 2 * x + 2)
     np.testing.assert_allclose(np.asarray(cb), x - 2)
@@ -184,19 +187,23 @@ def test_jvp():
                                                                                 np.zeros(2)))
     np.testing.assert_allclose(np.asarray(ta), 2 * x)
     np.testing.assert_allclose(np.asarray(tb), [1, 1])
+    np.testing.assert_allclose(np.asarray(a), 2 * x * x)
+    np.testing.assert_allclose(np.asarray(b), 3 * x)
     y, t = funcgrad.jvp(lambda d: d["a"] ** 2, ({"a": x},), ({"a": np.ones(2)},))
+    np.testing.assert_allclose(np.asarray(y), x * x)
     np.testing.assert_allclose(np.asarray(t), 2 * x)
     y, t, aux = funcgrad.jvp(lambda u: (u * 2.0, {"u": u}), [x], [x], has_aux=True)
     np.testing.assert_allclose(np.asarray(t), 2 * x)
     np.testing.assert_allclose(np.asarray(aux["u"]), x)
     y, t = funcgrad.jvp(lambda u: fnp.float32(1.0), (x,), (x,))  # output independent of u
-    assert float(t) == 0.0
+    assert float(t) == 0.0 and float(y) == 1.0
     y, t = funcgrad.jvp(lambda u, n: u * n, (x, np.int32(3)), (x, np.int32(0)))  # int primal
     np.testing.assert_allclose(np.asarray(t), 3 * x)
 
 
 def test_linearize():
     y, f_jvp = funcgrad.linearize(fnp.sin, np.float64(0.3))
+    np.testing.assert_allclose(float(y), np.sin(0.3), rtol=1e-15)
     np.testing.assert_allclose(float(f_jvp(np.float64(2.0))), 2 * np.cos(0.3), rtol=1e-15)
 
 

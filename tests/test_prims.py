@@ -110,7 +110,7 @@ def test_zero_gradient_prims(name):
     spec = SPECS[name]
     args, params = spec.make_args(np.random.default_rng(0), (2, 3), np.float64)
     args = [np.nan_to_num(a, posinf=3.0, neginf=-3.0) + 0.25 for a in args]
-    f = lambda x: fnp.sum(bind(spec.prim, x, **params) * 1.5)  # noqa: E731
+    f = lambda x: fnp.sum(bind(spec.prim, x, **params) * 1.5)
     np.testing.assert_array_equal(np.asarray(funcgrad.grad(f)(args[0])), np.zeros((2, 3)))
     _, t = funcgrad.jvp(lambda x: bind(spec.prim, x, **params), (args[0],),
                         (np.ones((2, 3)),))
@@ -151,7 +151,7 @@ def test_grad_expr_typechecks(name):
         for a, b in zip(got, g(*dargs)):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-12, atol=1e-12)
 
-        def second(*d):
+        def second(*d, g=g):
             return sum(fnp.sum(gi * gi) for gi in g(*d))
         closed2 = funcgrad.make_jaxpr(funcgrad.grad(second, argnums=argnums))(*dargs)
         typecheck_expr(closed2.expr)
@@ -166,16 +166,16 @@ def test_jvp_expr_typechecks(name):
         tangents = [rng.standard_normal(a.shape) if a.dtype.kind == "f" else np.zeros_like(a)
                     for a in args]
 
-        def f_jvp(*xs):
+        def f_jvp(*xs, params=params, tangents=tangents):
             return funcgrad.jvp(lambda *ys: bind(spec.prim, *ys, **params), xs, tangents)[1]
         closed = funcgrad.make_jaxpr(f_jvp)(*args)
         typecheck_expr(closed.expr)
 
 
 # every shape rule rejects ill-typed operands with a ShapeError naming the primitive
-_f = lambda *s: ShapedArray(s, np.float32)  # noqa: E731
-_i = lambda *s: ShapedArray(s, np.int32)  # noqa: E731
-_b = lambda *s: ShapedArray(s, np.bool_)  # noqa: E731
+_f = lambda *s: ShapedArray(s, np.float32)
+_i = lambda *s: ShapedArray(s, np.int32)
+_b = lambda *s: ShapedArray(s, np.bool_)
 INVALID = [
     ("add", [_f(2), _f(3)], {}),
     ("mul", [_f(2), _i(2)], {}),
