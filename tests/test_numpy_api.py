@@ -327,6 +327,18 @@ def test_integer_and_bitwise_ops():
     close(fnp.right_shift(a, 1), np.right_shift(a, 1))
     close(fnp.right_shift(np.arange(8, dtype=np.uint32), 1),
           np.right_shift(np.arange(8, dtype=np.uint32), 1))
+    # integer ** integer array (square-and-multiply)
+    e = np.array([0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11], dtype=np.int32)
+    close(fnp.power(a, e), np.power(a, e), dtype=I32)
+    close(2 ** fnp.arange(10), 2 ** np.arange(10), dtype=I32)
+    close(fnp.asarray(a) ** fnp.asarray(e)[::-1], a ** e[::-1])
+    with pytest.raises(ValueError, match="negative"):
+        fnp.power(a, -e)
+    traced = funcgrad.make_jaxpr(lambda x, y: x ** y)(a[:5], e[:5])  # traced exponent
+    got = funcgrad.core.eval_expr(traced.expr, [np.array([2, -1, -1, 1, -2], np.int32),
+                                                np.array([-1, -3, -2, -5, 31], np.int32)],
+                                  traced.consts)[0]
+    close(got, [0, -1, 1, 1, -2 ** 31])  # lax semantics for negative exponents
     m = np.array([True, False, True])
     close(~fnp.asarray(m), ~m, dtype=BOOL)
     close(fnp.logical_not(np.array([0, 1, 2])), np.logical_not(np.array([0, 1, 2])))

@@ -6,7 +6,7 @@ import builtins
 import numpy as np
 
 from .. import prims as P
-from ..core import ArrayBase, bind, is_float, is_int, type_error
+from ..core import ArrayBase, Tracer, bind, is_float, is_int, type_error
 from ._base import (asarray, broadcast_shapes, broadcast_to, canonical_dtype, norm_axes,
                     promote_args, reshape, result_type)
 
@@ -204,10 +204,34 @@ def power(x1, x2):
         return bind(P.integer_pow_p, x, y=int(x2))
     a, b = promote_args("power", x1, x2)
     if not is_float(a.dtype):
-        raise TypeError(f"power of integer arrays by an integer array exponent is not "
-                        f"supported; use a Python int exponent or float arrays "
-                        f"(got {a.dtype.name})")
+        return _int_power(asarray(a), asarray(b))
     return bind(P.pow_p, a, b)
+
+
+def _int_power(a, b):
+    """Integer a ** b by square-and-multiply over the exponent's bits. A concrete negative
+    exponent raises (like numpy); a traced one gives lax's result (0 unless |a| == 1)."""
+    if a.dtype == np.bool_:
+        a, b = asarray(a, np.int32), asarray(b, np.int32)
+    concrete = not isinstance(b, Tracer)
+    if concrete:
+        bv = np.asarray(b)
+        if bv.size and bv.min() < 0:
+            raise ValueError("integers to negative integer powers are not allowed")
+        nbits = int(bv.max()).bit_length() if bv.size else 0
+    else:
+        nbits = a.dtype.itemsize * 8 - (a.dtype.kind == "i")
+    one = P.full_like(b, 1)
+    out, base, e = P.full_like(a, 1), a, b
+    for k in range(nbits):
+        out = where(not_equal(bind(P.and_p, e, one), 0), out * base, out)
+        if k + 1 < nbits:
+            base, e = base * base, bind(P.shift_right_logical_p, e, one)
+    if not concrete and a.dtype.kind == "i":
+        odd = not_equal(bind(P.and_p, b, one), 0)
+        neg_pow = where(equal(a, 1), 1, where(equal(a, -1), where(odd, -1, 1), 0))
+        out = where(less(b, 0), neg_pow, out)
+    return out
 
 
 def floor_divide(x1, x2):
