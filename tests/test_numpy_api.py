@@ -647,6 +647,9 @@ INDICES = [
     (Ellipsis, np.array([False] * 5)),
     (0, np.array([True, True, False]), slice(None, None, -1)),
     (np.int64(1), np.int32(-1)),
+    (None, np.array([0, 1]), Ellipsis, 1, 2, 3),  # an empty Ellipsis separates the arrays
+    (slice(None), np.array([0, 2]), Ellipsis, 1, slice(None)),
+    (np.array([1, 0]), Ellipsis, np.array([4, 0])),
 ]
 
 
@@ -1007,6 +1010,7 @@ def _array_and_index(draw):
     return shape, draw(_index_for(shape))
 
 
+@settings(max_examples=100)  # cheap, and indexing has many corners
 @given(case=_array_and_index())
 def test_getitem_random(case):
     shape, idx = case
@@ -1014,6 +1018,7 @@ def test_getitem_random(case):
     close(fnp.asarray(a)[idx], a[idx], dtype=F32)
 
 
+@settings(max_examples=60)
 @given(case=_array_and_index(), seed=st.integers(0, 100))
 def test_at_add_set_random(case, seed):
     shape, idx = case

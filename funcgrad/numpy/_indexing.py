@@ -48,10 +48,14 @@ def _normalize(x, idx):
                          f"{consumed} were indexed")
     if n_ell:
         k = next(j for j, i in enumerate(out) if i is Ellipsis)  # list.index would compare arrays
-        out[k:k + 1] = [slice(None)] * (x.ndim - consumed)
+        # an Ellipsis standing for no axis still separates advanced indices (numpy's rule)
+        out[k:k + 1] = [slice(None)] * (x.ndim - consumed) or [_GAP]
     else:
         out += [slice(None)] * (x.ndim - consumed)
     return out
+
+
+_GAP = object()  # marks an Ellipsis that expanded to no axes
 
 
 def _getitem(x, idx):
@@ -65,7 +69,9 @@ def _getitem(x, idx):
     shape_after = []  # output layout before advanced indexing: kept dims and new axes
     adv = []  # (position in shape_after, index array)
     starts, limits, strides, revs = [], [], [], []
-    for i in idx:
+    for j, i in enumerate(idx):
+        if i is _GAP:
+            continue
         if i is None:
             shape_after.append(("new", None))
             continue
@@ -93,7 +99,7 @@ def _getitem(x, idx):
             starts.append(0)
             limits.append(n)
             strides.append(1)
-            adv.append((len(shape_after), i, dim))
+            adv.append((len(shape_after), i, j))
             shape_after.append(("adv", dim))
         dim += 1
     if revs:
@@ -106,18 +112,21 @@ def _getitem(x, idx):
     y = reshape(y, new_shape)
     if not adv:
         return y
-    return _advanced(y, [(pos, i) for pos, i, _ in adv])
+    # numpy puts the result dims in place only when no slice/None/Ellipsis separates the arrays
+    in_index = [j for _, _, j in adv]
+    adjacent = in_index == list(range(in_index[0], in_index[0] + len(in_index)))
+    return _advanced(y, [(pos, i) for pos, i, _ in adv], adjacent)
 
 
-def _advanced(y, adv):
-    """Gather with integer arrays at positions `adv` (numpy's placement of the result dims)."""
+def _advanced(y, adv, adjacent):
+    """Gather with integer arrays at positions `adv` (numpy's placement of the result dims:
+    where the arrays stand when `adjacent`, else first)."""
     positions = [p for p, _ in adv]
     arrays = [asarray(i) for _, i in adv]
     bshape = np.broadcast_shapes(*[tuple(a.shape) for a in arrays])
     arrays = [broadcast_to(a, bshape) for a in arrays]
     if len(arrays) == 1:
         return bind(P.take_p, y, arrays[0], axis=positions[0])
-    adjacent = positions == list(range(positions[0], positions[0] + len(positions)))
     rest = [d for d in range(y.ndim) if d not in positions]
     yt = transpose(y, positions + rest)
     sizes = [y.shape[p] for p in positions]
