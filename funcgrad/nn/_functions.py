@@ -289,9 +289,9 @@ def embedding(table, ids):
 
 
 def _dropout_mask(keep, rate: float, x):
-    """x / (1 - rate) where `keep` is True, else 0 (inverted dropout)."""
+    """x / (1 - rate) where `keep` is True, else 0 (inverted dropout, as flax computes it)."""
     x = fnp.asarray(x)
-    return fnp.where(keep, x * (1.0 / (1.0 - rate)), fnp.zeros_like(x))
+    return fnp.where(keep, x / (1.0 - rate), fnp.zeros_like(x))
 
 
 def dropout(key, rate: float, x, deterministic: bool = False):

@@ -160,8 +160,9 @@ def variance_scaling(scale: float, mode: str, distribution: str, in_axis=-2, out
             return z * np.asarray(std, dtype)
         if distribution == "normal":
             return random.normal(key, shape, dtype) * np.asarray(math.sqrt(variance), dtype)
-        limit = math.sqrt(3 * variance)
-        return random.uniform(key, shape, dtype, -limit, limit)
+        # U(-1, 1) scaled afterwards, as JAX does, so the numbers match jax.nn.initializers'
+        return random.uniform(key, shape, dtype, -1.0) * np.asarray(math.sqrt(3 * variance),
+                                                                     dtype)
     return init
 
 
