@@ -28,14 +28,18 @@ def allreduce(var, kind, ct, T, shfl, ind="        "):
                 f"{ind}        sh[t] = {_op(kind, 'sh[t]', 'sh[t + s]')}",
                 f"{ind}    cuda.syncthreads()", f"{ind}    s //= 2", f"{ind}{var} = sh[0]",
                 f"{ind}cuda.syncthreads()"]
+    # every lane must execute each shuffle (full mask): shuffle into a temporary first, never
+    # inside the conditional expression of the max
     L = [f"{ind}off = 16", f"{ind}while off > 0:",
-         f"{ind}    {var} = {_op(kind, var, f'cuda.shfl_down_sync(0xffffffff, {var}, off)')}",
-         f"{ind}    off //= 2", f"{ind}if t % 32 == 0:", f"{ind}    sh[t // 32] = {var}",
+         f"{ind}    sv_ = cuda.shfl_down_sync(0xffffffff, {var}, off)",
+         f"{ind}    {var} = {_op(kind, var, 'sv_')}", f"{ind}    off //= 2",
+         f"{ind}if t % 32 == 0:", f"{ind}    sh[t // 32] = {var}",
          f"{ind}cuda.syncthreads()", f"{ind}if t < 32:",
          f"{ind}    {var} = sh[t] if t < {T // 32} else {ident}", f"{ind}    off = 16",
          f"{ind}    while off > 0:",
-         f"{ind}        {var} = {_op(kind, var, f'cuda.shfl_down_sync(0xffffffff, {var}, off)')}",
-         f"{ind}        off //= 2", f"{ind}    if t == 0:", f"{ind}        shb[0] = {var}",
+         f"{ind}        sv_ = cuda.shfl_down_sync(0xffffffff, {var}, off)",
+         f"{ind}        {var} = {_op(kind, var, 'sv_')}", f"{ind}        off //= 2",
+         f"{ind}    if t == 0:", f"{ind}        shb[0] = {var}",
          f"{ind}cuda.syncthreads()", f"{ind}{var} = shb[0]", f"{ind}cuda.syncthreads()"]
     return L
 
