@@ -151,7 +151,9 @@ class Pool:
     def stats(self) -> dict:
         return {"in_use": self.in_use, "peak": self.peak, "pool": self.cached,
                 "driver_allocs": self.driver_allocs, "driver_bytes": self.driver_bytes,
-                "limit": self.limit}
+                "limit": self.limit,
+                # the same figures under explicit names
+                "in_use_bytes": self.in_use, "peak_bytes": self.peak, "pool_bytes": self.cached}
 
     def describe(self) -> str:
         return (f"in use {_fmt(self.in_use)}, cached in pool {_fmt(self.cached)}, peak "
@@ -272,3 +274,35 @@ def const(value, dtype) -> DeviceBuffer:
             _consts.clear()
         b = _consts[key] = from_host(a)
     return b
+
+
+class SubPool(Pool):
+    """A pool whose blocks are borrowed from the global pool and kept: a captured CUDA graph
+    bakes in its buffers' addresses, so they must never be handed to anyone else."""
+
+    def __init__(self, parent: Pool):
+        super().__init__()
+        self.parent, self.held = parent, []
+
+    def _driver_alloc(self, b: int, requested: int) -> Raw:
+        blk = self.parent.alloc(b)
+        self.held.append(blk)
+        self.driver_allocs += 1
+        self.driver_bytes += blk.raw.nbytes
+        return blk.raw
+
+
+class using_pool:
+    """Route allocations to `p` inside the block (a plan's SubPool during capture)."""
+
+    def __init__(self, p: Pool):
+        self.p = p
+
+    def __enter__(self):
+        global _pool
+        self.prev, _pool = pool(), self.p
+        return self.p
+
+    def __exit__(self, *exc):
+        global _pool
+        _pool = self.prev

@@ -309,7 +309,7 @@ def run(name, ins, out_dtype, params=None, out: DeviceBuffer | None = None, shap
     if "g" in lays or out_lay == "g":
         args += list(cshape)
     blocks, threads = runtime.grid_1d(n)
-    k[blocks, threads](*args)
+    k[blocks, threads, runtime.stream()](*args)
     return out
 
 

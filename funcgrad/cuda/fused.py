@@ -13,6 +13,7 @@ import numpy as np
 from . import runtime
 from .arrays import DeviceBuffer, from_host, pool, to_host
 from .elementwise import compute_t, contiguous, nbt
+from .gather import error_flags
 
 
 def _op(kind, a, b):
@@ -100,7 +101,7 @@ def _run(kind, x: DeviceBuffer, extra, out: DeviceBuffer, eps=None, label_dtype=
     key = ("fused", kind, x.dtype.name, eps, label_dtype)
     k = runtime.kernel(key, lambda: _source(kind, x.dtype, eps, label_dtype))
     blocks = max(1, min(R, 2 if runtime.SIM else 65535))
-    k[blocks, runtime.reduce_threads()](R, N, x.arr(), *extra, out.arr())
+    k[blocks, runtime.reduce_threads(), runtime.stream()](R, N, x.arr(), *extra, out.arr())
     return out
 
 
@@ -122,15 +123,19 @@ def softmax_xent(x, labels):
     x, labels = _flat(x), _flat(labels)
     out = pool().empty(labels.shape, x.dtype)
     n = x.shape[-1]
-    err = from_host(np.array([0, 2 ** 62], np.int64))
+    err = error_flags()
     if x.size:
         _run("softmax_xent", x, [labels.arr(), err.arr()], out, label_dtype=labels.dtype.name)
     elif labels.size:   # no classes: every label is out of range
         return _bad_label(int(to_host(labels).reshape(-1)[0]), n)
+    runtime.check_now_or_later(err, lambda e: _check_labels(e, labels, n))
+    return out
+
+
+def _check_labels(err, labels, n):
     count, pos = (int(v) for v in to_host(err))
     if count:
         _bad_label(int(to_host(labels).reshape(-1)[pos]), n)
-    return out
 
 
 def _bad_label(label, n):

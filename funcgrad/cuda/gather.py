@@ -42,18 +42,32 @@ def kernel(idx, io, NI, N, err, counts):
 
 def _check(name, idx: DeviceBuffer, N: int, counts: DeviceBuffer | None):
     """Launch the index check (and bucket count); returns the error array to read later."""
-    err = from_host(np.array([0, BIG], np.int64))
+    err = error_flags()
     NI = idx.size
     if NI:
         k = runtime.kernel(("idxcheck", idx.dtype.name, counts is not None),
                            lambda: _check_source(counts is not None))
         blocks, threads = runtime.grid_1d(NI)
         cnt = counts.arr() if counts is not None else err.arr()
-        k[blocks, threads](idx.arr(), idx.offset, NI, N, err.arr(), cnt)
+        k[blocks, threads, runtime.stream()](idx.arr(), idx.offset, NI, N, err.arr(), cnt)
+    return err
+
+
+def error_flags() -> DeviceBuffer:
+    """int64[2] = [count of bad indices, first bad position] on the device, ready to fill."""
+    if not runtime.capturing():
+        return from_host(np.array([0, BIG], np.int64))
+    err = pool().empty((2,), np.int64)   # inside a graph capture: no host copies
+    fill(err.view((1,), (1,), err.offset), 0)
+    fill(err.view((1,), (1,), err.offset + 1), BIG)
     return err
 
 
 def _raise_if_bad(name, err, idx: DeviceBuffer, N: int):
+    runtime.check_now_or_later(err, lambda e: _report(name, e, idx, N))
+
+
+def _report(name, err, idx: DeviceBuffer, N: int):
     count, pos = (int(v) for v in to_host(err))
     if count:
         first = int(to_host(idx.view((), (), idx.offset + pos))[()])
@@ -95,7 +109,7 @@ def take(x: DeviceBuffer, idx: DeviceBuffer, axis: int, out_aval) -> DeviceBuffe
         k = runtime.kernel(("gather", x.dtype.name, idx.dtype.name),
                            lambda: _gather_source(x.dtype))
         blocks, threads = runtime.grid_1d(n)
-        k[blocks, threads](n, x.arr(), x.offset, idx.arr(), idx.offset, out.arr(), idx.size,
+        k[blocks, threads, runtime.stream()](n, x.arr(), x.offset, idx.arr(), idx.offset, out.arr(), idx.size,
                            N, post)
     _raise_if_bad("take", err, idx, N)
     return out
@@ -209,11 +223,11 @@ def scatter(x: DeviceBuffer, idx: DeviceBuffer, upd: DeviceBuffer, axis: int, ad
         perm = pool().empty((NI,), np.int64)
         T = runtime.reduce_threads()
         k = runtime.kernel(("csr", idx.dtype.name, T), lambda: _csr_source(T))
-        k[1, T](idx.arr(), idx.offset, NI, N, counts.arr(), offs.arr(), perm.arr())
+        k[1, T, runtime.stream()](idx.arr(), idx.offset, NI, N, counts.arr(), offs.arr(), perm.arr())
         out = pool().empty(x.shape, x.dtype)
         k = runtime.kernel(("scatter", x.dtype.name, add), lambda: _scatter_source(x.dtype, add))
         blocks, threads = runtime.grid_1d(out.size)
-        k[blocks, threads](out.size, x.arr(), x.offset, upd.arr(), upd.offset, perm.arr(),
+        k[blocks, threads, runtime.stream()](out.size, x.arr(), x.offset, upd.arr(), upd.offset, perm.arr(),
                            offs.arr(), out.arr(), NI, N, post)
     else:
         out = x

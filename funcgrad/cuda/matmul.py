@@ -155,6 +155,6 @@ def dot_general(x: DeviceBuffer, y: DeviceBuffer, dimension_numbers, out_aval) -
     key = ("gemm", x.dtype.name, out.dtype.name, a_mode, b_mode, tiles)
     k = runtime.kernel(key, lambda: _source(x.dtype, out.dtype, a_mode, b_mode, *tiles))
     grid = (-(-N // BN), -(-M // BM), Bn)
-    k[grid, (BM // TM) * (BN // TN)](xa.arr(), xa.offset, sab, sam, sak, yb.arr(), yb.offset,
+    k[grid, (BM // TM) * (BN // TN), runtime.stream()](xa.arr(), xa.offset, sab, sam, sak, yb.arr(), yb.offset,
                                      sbb, sbk, sbn, out.arr(), out.offset, M, N, K)
     return out

@@ -126,3 +126,30 @@ def kernel(key: tuple, make_source, name: str = "kernel"):
 def jit_opts() -> str:
     """Decorator options for generated kernels (the simulator rejects some)."""
     return "cache=True"
+
+
+# ---------------------------------------------------------------------------------------------
+# the launch stream and deferred device checks (a jit plan being captured as a CUDA graph)
+# ---------------------------------------------------------------------------------------------
+
+_stream = None     # numba Stream of the plan being captured or replayed; None: legacy default
+_deferred = None   # list while capturing: device error flags to read back after each replay
+
+
+def stream():
+    """The stream kernels launch on: 0 (the legacy default stream) outside graph capture."""
+    return _stream if _stream is not None else 0
+
+
+def capturing() -> bool:
+    return _deferred is not None
+
+
+def check_now_or_later(err, raise_if_bad):
+    """Run raise_if_bad(err) now, or, while a plan is captured, after each replay (the user's
+    line is remembered now)."""
+    if _deferred is None:
+        raise_if_bad(err)
+        return
+    from ..core import user_frame_src
+    _deferred.append((err, raise_if_bad, user_frame_src()))
