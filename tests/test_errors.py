@@ -264,6 +264,14 @@ def test_index_error_message_details():
     assert "12" in str(e.value) and "12" in str(e.value)
 
 
+def test_index_arrays_that_do_not_broadcast():
+    x = fnp.ones((4, 3))
+    with pytest.raises(IndexError, match="shape mismatch") as e:
+        x[np.array([0, 1]), np.array([0, 1, 2])]  # ERR:index_bcast
+    assert_names_line(e, "index_bcast")
+    assert "(2,) (3,)" in str(e.value)
+
+
 def test_out_of_range_traced_indices_raise_at_run_time():
     def f(x, i):
         return x[i]  # ERR:traced_index

@@ -123,7 +123,12 @@ def _advanced(y, adv, adjacent):
     where the arrays stand when `adjacent`, else first)."""
     positions = [p for p, _ in adv]
     arrays = [asarray(i) for _, i in adv]
-    bshape = np.broadcast_shapes(*[tuple(a.shape) for a in arrays])
+    try:
+        bshape = np.broadcast_shapes(*[tuple(a.shape) for a in arrays])
+    except ValueError:
+        raise IndexError("shape mismatch: indexing arrays could not be broadcast together with "
+                         f"shapes {' '.join(str(tuple(a.shape)) for a in arrays)}"
+                         f"\n  at {user_frame_src()}") from None
     arrays = [broadcast_to(a, bshape) for a in arrays]
     if len(arrays) == 1:
         return bind(P.take_p, y, arrays[0], axis=positions[0])
