@@ -2,6 +2,7 @@
 and gradients through the API (check_grads in float64)."""
 from __future__ import annotations
 
+import operator
 import warnings
 
 import numpy as np
@@ -295,22 +296,28 @@ def test_binary_broadcasting(name, shapes, seed):
     close(getattr(fnp, name)(fnp.asarray(a), b), want, rtol=2e-6)
 
 
-@pytest.mark.parametrize("op", ["+", "-", "*", "/", "**", "<", "<=", ">", ">=", "==", "!=",
-                                "//", "%", "@"])
+OPERATORS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
+             "**": operator.pow, "<": operator.lt, "<=": operator.le, ">": operator.gt,
+             ">=": operator.ge, "==": operator.eq, "!=": operator.ne, "//": operator.floordiv,
+             "%": operator.mod, "@": operator.matmul}
+
+
+@pytest.mark.parametrize("op", sorted(OPERATORS))
 def test_operators(op):
+    """Array operators on either side, with numpy arrays and Python scalars (float32 results)."""
+    fn = OPERATORS[op]
     rng = np.random.default_rng(0)
     a = rnd(rng, (3, 3), lo=0.5, hi=2.0)
     b = rnd(rng, (3,), lo=0.5, hi=2.0)
     x = fnp.asarray(a)
-    for lhs, rhs in ((x, b), (a, fnp.asarray(b)), (x, 2.0), (2.0, x)):
-        want = eval(f"np.asarray(l) {op} np.asarray(r)", {"np": np, "l": np.asarray(lhs) if
-                    not isinstance(lhs, float) else np.float32(lhs), "r": np.asarray(rhs) if
-                    not isinstance(rhs, float) else np.float32(rhs)}) if op != "@" or not (
-            isinstance(lhs, float) or isinstance(rhs, float)) else None
-        if want is None:
-            continue
-        got = eval(f"l {op} r", {"l": lhs, "r": rhs})
-        close(got, want, rtol=2e-6)
+    pairs = [(x, b, a, b), (a, fnp.asarray(b), a, b)]
+    if op != "@":
+        pairs += [(x, 2.0, a, np.float32(2.0)), (2.0, x, np.float32(2.0), a)]
+    for lhs, rhs, np_lhs, np_rhs in pairs:
+        want = fn(np_lhs, np_rhs)
+        got = fn(lhs, rhs)
+        assert isinstance(got, fnp.ndarray)
+        close(got, want, rtol=2e-6, dtype=want.dtype)
 
 
 def test_integer_and_bitwise_ops():
