@@ -73,7 +73,16 @@ def mlp_step_ms(batch, sizes, reps=20):
     t0 = time.perf_counter()
     run()
     first = time.perf_counter() - t0
-    return timeit(run, reps=reps) * 1e3, first
+    ms = timeit(run, reps=reps) * 1e3
+    graph_info(step, state[0], state[1], x, y)
+    return ms, first
+
+
+def graph_info(jitted, *args):
+    """Whether the plan replays as a CUDA graph (and why not)."""
+    plan = jitted.lower(*args).compile()
+    emit(what="plan", graph=getattr(plan, "graph", None) is not None,
+         graph_error=getattr(plan, "graph_error", None), steps=len(getattr(plan, "steps", [])))
 
 
 def w2_gpt():
@@ -101,7 +110,11 @@ def w2_gpt():
     run()
     first = time.perf_counter() - t0
     ms = timeit(run, reps=10) * 1e3
+    graph_info(step, state[0], state[1], idx, tgt)
     from funcgrad import cuda as fcuda
+    from funcgrad.cuda import plan as fplan
+    if fplan.PROFILE is not None:
+        print(fplan.profile_report(), flush=True)
     emit(what="W2_gpt_step_ms", impl="funcgrad_jit", value=ms, first_call_s=first,
          peak_MiB=fcuda.memory_stats()["peak_bytes"] / 2**20)
 

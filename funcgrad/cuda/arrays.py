@@ -52,6 +52,43 @@ class Raw:
         return v
 
 
+class _DriverMemory:
+    """Device memory from cuMemAlloc, freed when the last array over it dies.
+
+    The pool allocates through the driver directly instead of numba's allocator: numba's
+    device arrays reach numba-managed memory through weak proxies, and slicing an array whose
+    proxy target was collected raised ReferenceError on real GPUs. Arrays made with
+    from_cuda_array_interface(owner=this) hold plain references instead."""
+    __slots__ = ("ptr", "__weakref__")
+
+    def __init__(self, ptr: int):
+        self.ptr = ptr
+
+    def __del__(self):
+        try:
+            from cuda.bindings import driver as cb
+            cb.cuMemFree(self.ptr)
+        except Exception:   # interpreter shutdown: the context is gone already
+            pass
+
+
+def _device_alloc(cuda, nbytes: int):
+    """A uint8 device array of nbytes (numba's allocator under the simulator)."""
+    if runtime.SIM:
+        return cuda.device_array(nbytes, dtype=np.uint8)
+    from cuda.bindings import driver as cb
+    cuda.current_context()  # make sure numba's (primary) context is current
+    err, ptr = cb.cuMemAlloc(nbytes)
+    if int(err) != 0:
+        if err == cb.CUresult.CUDA_ERROR_OUT_OF_MEMORY:
+            raise MemoryError(f"CUDA_ERROR_OUT_OF_MEMORY allocating {nbytes} bytes")
+        raise RuntimeError(f"cuMemAlloc({nbytes}) failed: {err}")
+    owner = _DriverMemory(int(ptr))
+    return cuda.from_cuda_array_interface(
+        {"shape": (nbytes,), "typestr": "|u1", "data": (int(ptr), False), "version": 3,
+         "strides": None}, owner=owner, sync=False)
+
+
 class Block:
     """A pool allocation in use; returns its Raw to the pool when the last view of it dies."""
     __slots__ = ("__weakref__", "pool", "raw")
@@ -197,7 +234,7 @@ class Pool:
                 err = None
             else:
                 try:
-                    dev = cuda.device_array(b, dtype=np.uint8)
+                    dev = _device_alloc(cuda, b)
                     break
                 except Exception as e:  # CudaAPIError(CUDA_ERROR_OUT_OF_MEMORY) and friends
                     if "OUT_OF_MEMORY" not in str(e).upper() and not isinstance(e, MemoryError):

@@ -6,12 +6,27 @@ Each intermediate buffer goes back to the pool after its last use.
 """
 from __future__ import annotations
 
+import os
+import time
+
 import numpy as np
 
 from ..core import Array, Lit
 from . import arrays, fusion, runtime
 from . import elementwise as ew
 from .lowering import lower
+
+
+# FUNCGRAD_PROFILE=1: plans run step by step with a synchronize around each step (no graphs) and
+# add the seconds per step kind to PROFILE; profile_report() prints the largest.
+PROFILE = {} if os.environ.get("FUNCGRAD_PROFILE") else None
+
+
+def profile_report(top: int = 25) -> str:
+    rows = sorted((PROFILE or {}).items(), key=lambda kv: -kv[1])[:top]
+    total = sum((PROFILE or {}).values())
+    return "\n".join([f"total {total * 1e3:.1f} ms"] + [f"{v * 1e3:9.2f} ms  {k}"
+                                                         for k, v in rows])
 
 
 class Plan:
@@ -40,7 +55,7 @@ class Plan:
         self.graph = None
         self.graph_error = None
         # graphs need a real GPU, and no host work (debug.print) in the middle of the plan
-        self.graph_ok = not runtime.SIM and not any(
+        self.graph_ok = not runtime.SIM and PROFILE is None and not any(
             kind == "eqn" and s.prim.call_impl is not None for kind, s in self.steps)
 
     def _lit(self, x):
@@ -75,7 +90,11 @@ class Plan:
         def read(x):
             return self._lit(x) if isinstance(x, Lit) else env[x]
 
+        prof = PROFILE if PROFILE is not None and runtime._deferred is None else None
         for i, (kind, s) in enumerate(self.steps):
+            if prof is not None:
+                runtime.load().synchronize()
+                t0 = time.perf_counter()
             if kind == "eqn":
                 if s.prim.call_impl is not None:  # effectful host calls (debug.print)
                     ins = [Array(read(x), x.aval, "cuda") for x in s.inputs]
@@ -86,6 +105,12 @@ class Plan:
                                        s.out.aval)
             else:
                 self._run_fused(i, s, env)
+            if prof is not None:
+                runtime.load().synchronize()
+                name = s.prim.name if kind == "eqn" else "fused"
+                out = s.out.aval if kind == "eqn" else None
+                key = f"{name} {out.str_short() if out is not None else list(s.shape)}"
+                prof[key] = prof.get(key, 0.0) + time.perf_counter() - t0
             for v in self.free_after[i]:
                 if v not in expr.in_binders:
                     env.pop(v, None)
