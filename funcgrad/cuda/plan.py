@@ -126,9 +126,15 @@ class Plan:
             self.in_bufs = [self.pool.empty(a.aval.shape, a.aval.dtype) for a in args]
             for dst, a in zip(self.in_bufs, args):   # warm the copy kernels, fill the inputs
                 ew.run("copy", [a.buf], a.aval.dtype, out=dst)
-        self.stream = cuda.stream()
+        # a non-blocking stream: capture may not touch the legacy default stream, so replays
+        # order themselves against it with events instead
+        self.handle = _ok(cb.cuStreamCreate(cb.CUstream_flags.CU_STREAM_NON_BLOCKING.value))
+        self.stream = cuda.external_stream(int(self.handle))
+        flags = cb.CUevent_flags.CU_EVENT_DISABLE_TIMING.value
+        self.ev_in, self.ev_out = _ok(cb.cuEventCreate(flags)), _ok(cb.cuEventCreate(flags))
+        cuda.synchronize()
         runtime._stream, runtime._deferred = self.stream, []
-        handle = self.stream.handle
+        handle = self.handle
         _ok(cb.cuStreamBeginCapture(handle, cb.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED))
         try:
             with arrays.using_pool(self.pool):
@@ -141,6 +147,20 @@ class Plan:
         self._graph_obj = graph
         self.graph = _ok(cb.cuGraphInstantiate(graph, 0))
 
+    def __del__(self):
+        if getattr(self, "graph", None) is None:
+            return
+        try:
+            from cuda.bindings import driver as cb
+            cb.cuStreamSynchronize(self.handle)
+            cb.cuGraphExecDestroy(self.graph)
+            cb.cuGraphDestroy(self._graph_obj)
+            cb.cuEventDestroy(self.ev_in)
+            cb.cuEventDestroy(self.ev_out)
+            cb.cuStreamDestroy(self.handle)
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
     def _copy(self, dst, src):
         """dst <- src on the plan's stream (a DMA copy when src is contiguous)."""
         from cuda.bindings import driver as cb
@@ -149,20 +169,25 @@ class Plan:
         n = src.size * src.dtype.itemsize
         if n:
             _ok((cb.cuMemcpyDtoDAsync(self.backend.pointer(dst), self.backend.pointer(src), n,
-                                      self.stream.handle)[0],))
+                                      self.handle)[0],))
         return dst
 
     def _replay(self, args):
         from cuda.bindings import driver as cb
         runtime._stream = self.stream
+        legacy = cb.CUstream(0)
         try:
+            _ok(cb.cuEventRecord(self.ev_in, legacy))   # after the eager work queued so far
+            _ok(cb.cuStreamWaitEvent(self.handle, self.ev_in, 0))
             for dst, a in zip(self.in_bufs, args):
                 self._copy(dst, a.buf)
-            _ok(cb.cuGraphLaunch(self.graph, self.stream.handle))
+            _ok(cb.cuGraphLaunch(self.graph, self.handle))
             outs = []
             pool = arrays.pool()
             for b, o in zip(self.out_bufs, self.expr.outs):
                 outs.append(self._copy(pool.empty(o.aval.shape, o.aval.dtype), b))
+            _ok(cb.cuEventRecord(self.ev_out, self.handle))  # later eager work waits for us
+            _ok(cb.cuStreamWaitEvent(legacy, self.ev_out, 0))
         finally:
             runtime._stream = None
         for err, raise_if_bad, src in self.deferred:
@@ -211,6 +236,8 @@ def _reads(kind, s):
 
 def _ok(res):
     """Check a cuda.bindings (CUresult, *values) tuple; return the value."""
+    if not isinstance(res, tuple):
+        res = (res,)
     err = res[0]
     if int(err) != 0:
         raise RuntimeError(f"CUDA graph call failed: {err}")

@@ -40,11 +40,19 @@ def matmul(a, b):
                          "second)", (a.aval, b.aval))
     batch = broadcast_shapes(a.shape[:-2], b.shape[:-2], op="matmul")
     nb = len(batch)
-    if nb:
-        a = broadcast_to(a, batch + tuple(a.shape[-2:]))
-        b = broadcast_to(b, batch + tuple(b.shape[-2:]))
-    bd = tuple(range(nb))
-    out = P.dot_general(a, b, (((nb + 1,), (nb,)), (bd, bd)))
+    if nb and b.ndim == 2:
+        # a matrix on the right: a's batch axes are free axes, nothing is broadcast (so the
+        # gradient of b is one contraction, not a batch of them summed afterwards)
+        out = P.dot_general(a, b, (((a.ndim - 1,), (0,)), ((), ())))
+    elif nb and a.ndim == 2:
+        out = P.dot_general(a, b, (((1,), (b.ndim - 2,)), ((), ())))  # (M, *batch, N)
+        out = P.transpose(out, list(range(1, nb + 1)) + [0, nb + 1])
+    else:
+        if nb:
+            a = broadcast_to(a, batch + tuple(a.shape[-2:]))
+            b = broadcast_to(b, batch + tuple(b.shape[-2:]))
+        bd = tuple(range(nb))
+        out = P.dot_general(a, b, (((nb + 1,), (nb,)), (bd, bd)))
     if a1 and b1:
         return reshape(out, batch)
     if a1:
