@@ -285,31 +285,52 @@ def _source(name, dtypes, out_dtype, lays, out_lay, rank, params):
     return src
 
 
-def run(name, ins, out_dtype, params=None, out: DeviceBuffer | None = None, shape=None):
-    """Apply op `name` elementwise; writes into `out` (a view) if given, else a new buffer."""
-    params = params or {}
-    shape = tuple(out.shape if out is not None else (ins[0].shape if ins else shape))
-    if out is None:
-        out = pool().empty(shape, out_dtype)
-    n = out.size
-    if n == 0:
-        return out
-    cshape, cstr = coalesce(shape, [out.strides] + [b.strides for b in ins])
+_plans: dict = {}   # (op, dtypes, shape, strides...) -> (kernel, geometry, layouts): no re-planning
+
+
+def _plan(name, ins, out_dtype, out, params):
+    cshape, cstr = coalesce(out.shape, [out.strides] + [b.strides for b in ins])
     rank = len(cshape)
     out_lay = layout(cshape, cstr[0])
     lays = tuple(layout(cshape, s) for s in cstr[1:])
     dtypes = tuple(b.dtype.name for b in ins)
+    general = "g" in lays or out_lay == "g"
     key = ("ew", name, dtypes, np.dtype(out_dtype).name, lays, out_lay,
-           rank if ("g" in lays or out_lay == "g") else -1, tuple(sorted(params.items())))
+           rank if general else -1, tuple(sorted(params.items())))
     k = runtime.kernel(key, lambda: _source(name, dtypes, out_dtype, lays, out_lay, rank,
                                             params))
-    args = [n, out.arr(), out.offset] + (list(cstr[0]) if out_lay == "g" else [])
-    for b, lay, st in zip(ins, lays, cstr[1:]):
-        args += [b.arr(), b.offset] + (list(st) if lay == "g" else [])
-    if "g" in lays or out_lay == "g":
-        args += list(cshape)
-    blocks, threads = runtime.grid_1d(n)
-    k[blocks, threads, runtime.stream()](*args)
+    blocks, threads = runtime.grid_1d(out.size)
+    return (k[blocks, threads, runtime.stream()] if not runtime.SIM else (k, blocks, threads),
+            list(cstr[0]) if out_lay == "g" else [],
+            [list(st) if lay == "g" else [] for lay, st in zip(lays, cstr[1:])],
+            list(cshape) if general else [])
+
+
+def run(name, ins, out_dtype, params=None, out: DeviceBuffer | None = None, shape=None):
+    """Apply op `name` elementwise; writes into `out` (a view) if given, else a new buffer."""
+    if out is None:
+        out = pool().empty(ins[0].shape if ins else shape, out_dtype)
+    n = out.size
+    if n == 0:
+        return out
+    pkey = (name, out_dtype, out.shape, out.strides, runtime._stream,
+            tuple((b.dtype, b.strides) for b in ins),
+            tuple(sorted(params.items())) if params else ())
+    plan = _plans.get(pkey)
+    if plan is None:
+        if len(_plans) > 20000:
+            _plans.clear()
+        plan = _plans[pkey] = _plan(name, ins, out_dtype, out, params or {})
+    launch, ostr, istr, dims = plan
+    args = [n, out.arr(), out.offset, *ostr]
+    for b, st in zip(ins, istr):
+        args += [b.arr(), b.offset, *st]
+    args += dims
+    if runtime.SIM:   # the simulator's configured kernels are not reusable objects
+        k, blocks, threads = launch
+        k[blocks, threads, runtime.stream()](*args)
+    else:
+        launch(*args)
     return out
 
 
