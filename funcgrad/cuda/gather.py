@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import runtime
-from .arrays import DeviceBuffer, from_host, pool, to_host
+from .arrays import DeviceBuffer, const, from_host, pool, to_host
 from .elementwise import compute_t, contiguous, fill, nbt
 
 BIG = 2 ** 62
@@ -55,6 +55,7 @@ def _check(name, idx: DeviceBuffer, N: int, counts: DeviceBuffer | None):
 
 def error_flags() -> DeviceBuffer:
     """int64[2] = [count of bad indices, first bad position] on the device, ready to fill."""
+    const(0, np.int64), const(BIG, np.int64)  # cached now, so a capture needs no host copy
     if not runtime.capturing():
         return from_host(np.array([0, BIG], np.int64))
     err = pool().empty((2,), np.int64)   # inside a graph capture: no host copies

@@ -211,7 +211,7 @@ class Plan:
         outs = [pool.empty(o.aval.shape, o.aval.dtype) for o in c.outputs]
         n = int(np.prod(c.shape))
         blocks, threads = runtime.grid_1d(n)
-        kern[blocks, threads](*fk.args(bufs, outs))
+        kern[blocks, threads, runtime.stream()](*fk.args(bufs, outs))
         for o, b in zip(c.outputs, outs):
             env[o] = b
 
