@@ -8,7 +8,7 @@ import numpy as np
 
 import funcgrad
 import funcgrad.numpy as fnp
-from funcgrad import nn
+from funcgrad import nn, optim
 
 
 def init_params(rng: np.random.Generator, sizes=(64, 128, 10)):
@@ -34,10 +34,19 @@ def loss(params, x, y):
 
 
 def sgd_step(params, x, y, lr):
-    """One plain SGD step, written in funcgrad and compiled with jit."""
+    """One plain SGD step, written directly in funcgrad (--optimizer sgd)."""
     value, grads = funcgrad.value_and_grad(loss)(params, x, y)
     new = funcgrad.tree_util.tree_map(lambda p, g: p - lr * g, params, grads)
     return new, value
+
+
+def make_adam_step(opt):
+    """One step of an optax-style optimizer (--optimizer adam, the default)."""
+    def step(params, opt_state, x, y):
+        value, grads = funcgrad.value_and_grad(loss)(params, x, y)
+        updates, opt_state = opt.update(grads, opt_state, params)
+        return optim.apply_updates(params, updates), opt_state, value
+    return step
 
 
 def load_digits(seed: int):
@@ -53,30 +62,65 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--steps", type=int, default=1500)
     ap.add_argument("--batch", type=int, default=128)
-    ap.add_argument("--lr", type=float, default=0.1)
+    ap.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
+    ap.add_argument("--lr", type=float, default=None, help="default: 1e-3 adam, 0.1 sgd")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
+    ap.add_argument("--plot", default="mlp_loss.png", help="loss curve (needs matplotlib)")
     args = ap.parse_args(argv)
     if args.device:
         funcgrad.config.update("default_device", args.device)
     x_tr, x_te, y_tr, y_te = load_digits(args.seed)
     rng = np.random.default_rng(args.seed)
     params = funcgrad.device_put(init_params(rng))
-    step = funcgrad.jit(sgd_step)
-    lr = np.float32(args.lr)
-    print(f"device: {funcgrad.default_backend()}; train {len(x_tr)}, test {len(x_te)} examples")
+    lr = args.lr or (1e-3 if args.optimizer == "adam" else 0.1)
+    if args.optimizer == "adam":
+        opt = optim.adam(lr)
+        opt_state = opt.init(params)
+        step = funcgrad.jit(make_adam_step(opt))
+    else:
+        step = funcgrad.jit(sgd_step)
+        lr32 = np.float32(lr)
+    print(f"device: {funcgrad.default_backend()}; train {len(x_tr)}, test {len(x_te)} examples; "
+          f"{args.optimizer} lr {lr}")
+    try:
+        from tqdm import trange
+    except ImportError:  # tqdm is optional
+        trange = range
+    history = []
     t0 = time.perf_counter()
-    for i in range(args.steps):
+    for i in trange(args.steps):
         idx = rng.integers(0, len(x_tr), args.batch)
-        params, value = step(params, x_tr[idx], y_tr[idx], lr)
-        if i % 250 == 0 or i == args.steps - 1:
-            print(f"step {i:5d}  loss {float(value):.4f}")
+        if args.optimizer == "adam":
+            params, opt_state, value = step(params, opt_state, x_tr[idx], y_tr[idx])
+        else:
+            params, value = step(params, x_tr[idx], y_tr[idx], lr32)
+        if i % 50 == 0 or i == args.steps - 1:
+            history.append((i, float(value)))
     dt = time.perf_counter() - t0
     logits = np.asarray(funcgrad.jit(predict)(params, x_te))
     acc = float(np.mean(np.argmax(logits, axis=1) == y_te))
-    print(f"{args.steps} steps in {dt:.1f} s ({1e3 * dt / max(args.steps, 1):.2f} ms/step)")
+    print(f"{args.steps} steps in {dt:.1f} s ({1e3 * dt / max(args.steps, 1):.2f} ms/step), "
+          f"final loss {history[-1][1]:.4f}")
+    _plot(args.plot, history)
     print(f"test accuracy: {acc:.3f}")
     return acc
+
+
+def _plot(path, history):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:  # matplotlib is optional
+        return
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ax.plot(*zip(*history))
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss")
+    fig.tight_layout()
+    fig.savefig(path)
+    print(f"loss curve: {path}")
 
 
 if __name__ == "__main__":
