@@ -62,6 +62,8 @@ def main(argv=None):
     ap.add_argument("--checkpoint", default="checkpoints/gpt.safetensors")
     ap.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     ap.add_argument("--sample-bytes", type=int, default=200)
+    ap.add_argument("--max-minutes", type=float, default=None,
+                    help="stop training (then validate, save, sample) after this long")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
     ap.add_argument("--plot", default="gpt_loss.png", help="loss curve (needs matplotlib)")
@@ -111,6 +113,10 @@ def main(argv=None):
     bar = tqdm(range(start, steps), desc="train", dynamic_ncols=True) if tqdm else range(start,
                                                                                          steps)
     for i in bar:
+        if args.max_minutes is not None and time.perf_counter() - t0 > 60 * args.max_minutes:
+            (bar.write if tqdm else print)(f"time limit reached after {i - start} steps")
+            steps = i
+            break
         x, y = next(train_it)
         params, opt_state, loss = step_fn(params, opt_state, x, y)
         if i % 10 == 0 or i == steps - 1:
@@ -128,6 +134,8 @@ def main(argv=None):
             funcgrad.io.save(args.checkpoint, {"params": params, "opt_state": opt_state,
                                                "step": fnp.int32(i + 1)})
     elapsed = time.perf_counter() - t0
+    if not vhistory or vhistory[-1][0] != steps - 1:
+        vhistory.append((steps - 1, val_loss()))
     print(f"trained {steps - start} steps in {elapsed:.1f} s "
           f"({1e3 * elapsed / max(steps - start, 1):.1f} ms/step)")
     if vhistory:
