@@ -304,3 +304,23 @@ def test_out_of_memory_names_request_and_pool():
             cu(np.zeros(1 << 21, np.float32))
     finally:
         fcuda.set_memory_limit(None)
+
+
+def test_pool_keeps_blocks_alive_through_garbage_cycles():
+    """A buffer caught in a reference cycle returns its block to the pool when the collector
+    breaks the cycle; the block's memory must stay owned by the pool (a real GPU freed it once:
+    the collector finalized the driver memory together with the cycle)."""
+    import gc
+
+    from funcgrad.cuda.arrays import pool
+    p = pool()
+    for _ in range(3):
+        a = cu(np.arange(1000, dtype=np.float32))
+        cycle = [a * 2.0]
+        cycle.append(cycle)
+        del a, cycle
+        gc.collect()
+    held = {id(r) for r in p.raws.values()}
+    assert all(id(r) in held for lst in p.free.values() for r in lst)
+    c = cu(np.arange(1000, dtype=np.float32))
+    np.testing.assert_array_equal(np.asarray(c + 1.0), np.arange(1000) + 1.0)

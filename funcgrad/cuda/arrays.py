@@ -177,6 +177,12 @@ class Pool:
         self.in_use = self.peak = self.cached = 0
         self.driver_allocs = self.driver_bytes = 0
         self.limit = None   # optional cap on driver bytes (tests, sharing a GPU)
+        # Every Raw stays strongly reachable from the pool for as long as the pool holds it.
+        # Otherwise a Block caught in a garbage cycle (a traceback, a traced closure) drags
+        # its Raw and the driver memory into the same cyclic isolate: the collector then runs
+        # the memory's finalizer (cuMemFree) even though Block.__del__ resurrects the Raw into
+        # the free list, and the next user of that Raw writes freed memory.
+        self.raws: dict[int, Raw] = {}
 
     @staticmethod
     def bucket(nbytes: int) -> int:
@@ -221,6 +227,7 @@ class Pool:
             for raw in lst:
                 self.driver_bytes -= raw.nbytes
                 self.driver_allocs -= 1
+                self.raws.pop(id(raw), None)
             lst.clear()
         self.cached = 0
         cuda = runtime.load()
@@ -249,7 +256,9 @@ class Pool:
                 + (f"; driver said: {err}" if err is not None else "")) from None
         self.driver_allocs += 1
         self.driver_bytes += b
-        return Raw(dev, b)
+        raw = Raw(dev, b)
+        self.raws[id(raw)] = raw
+        return raw
 
     def empty(self, shape, dtype) -> DeviceBuffer:
         dtype = np.dtype(dtype)
