@@ -143,7 +143,9 @@ def _shift(left):
         else:
             u = f"uint{t.bits}"
             body = f"({t.out.name}({u}({x}) >> {u}({y})))"
-        return f"({body} if ({y} >= 0 and {y} < {t.bits}) else 0)"
+        # cast both branches: numba would unify a uint64 shift with the int 0 as float64
+        o = t.out.name
+        return f"({o}({body}) if ({y} >= 0 and {y} < {t.bits}) else {o}(0))"
     return f
 
 

@@ -217,12 +217,13 @@ def _scalar_expr(e, args, dt):
         return f"{_NB[nd.name]}({a[0]})"
     if name == "shift_left":
         bits = dt.itemsize * 8
-        return f"({a[0]} << {a[1]} if 0 <= {a[1]} < {bits} else 0)"
+        t = _NB[dt.name]
+        return f"({t}({a[0]} << {a[1]}) if 0 <= {a[1]} < {bits} else {t}(0))"
     if name == "shift_right_logical":
         bits = dt.itemsize * 8
         u = f"uint{bits}"
         return (f"({_NB[dt.name]}({u}({a[0]}) >> {u}({a[1]})) if 0 <= {a[1]} < {bits} "
-                f"else 0)")
+                f"else {_NB[dt.name]}(0))")
     raise NotImplementedError(f"no fused CUDA scalar op for {name}")
 
 
