@@ -69,6 +69,7 @@ class CpuPlan:
                 if not isinstance(x, Lit):
                     last[x] = i
         keep = {o for o in expr.outs if not isinstance(o, Lit)}
+        lazy = _lazy_broadcasts(expr, keep)
         self.steps = []
         for i, e in enumerate(expr.eqns):
             ins = []
@@ -84,7 +85,12 @@ class CpuPlan:
             free = tuple(slot[x] for x in set(e.inputs) if not isinstance(x, Lit)
                          and last.get(x) == i and x not in keep
                          and x not in expr.in_binders)
-            self.steps.append((e.prim.impl, tuple(ins), e.params, slot[e.out], free, e))
+            fn, params = e.prim.impl, e.params
+            if e.out in lazy:  # leave the broadcast to numpy inside the elementwise consumers
+                fn, params = _expand_only(e.inputs[0].aval.shape, **e.params), {}
+            elif any(x in lazy for x in e.inputs):
+                fn = _full_shape(fn, e.out.aval.shape)
+            self.steps.append((fn, tuple(ins), params, slot[e.out], free, e))
         self.out_slots = [slot[o] for o in expr.outs]
         self.out_avals = [o.aval for o in expr.outs]
         self.n = n
@@ -112,6 +118,33 @@ class CpuPlan:
                 out = out.astype(aval.dtype)
             res.append(Array(out, aval, "cpu"))
         return res
+
+
+def _lazy_broadcasts(expr, keep):
+    """broadcast_in_dim results read only by elementwise equations (numpy broadcasts itself)."""
+    from ..prims import broadcast_in_dim_p
+    users = {}
+    for e in expr.eqns:
+        for x in e.inputs:
+            users.setdefault(x, []).append(e)
+    return {e.out for e in expr.eqns if e.prim is broadcast_in_dim_p and e.out not in keep
+            and all(u.prim.kind == "elementwise" for u in users.get(e.out, ()))}
+
+
+def _expand_only(in_shape, *, shape, broadcast_dimensions):
+    """x reshaped so that numpy broadcasting maps its axes to broadcast_dimensions."""
+    if not in_shape:
+        return lambda x: x
+    dims = list(broadcast_dimensions)
+    target = tuple(in_shape[dims.index(d)] if d in dims else 1 for d in range(len(shape)))
+    return lambda x: x.reshape(target)
+
+
+def _full_shape(fn, shape):
+    def run(*args, **params):
+        out = fn(*args, **params)
+        return out if np.shape(out) == shape else np.broadcast_to(out, shape)
+    return run
 
 
 def _compile(self, expr, consts, donate=()):
