@@ -26,7 +26,8 @@ DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data",
 
 
 def load_data(path=DATA):
-    raw = np.frombuffer(open(path, "rb").read(), dtype=np.uint8).astype(np.int32)
+    with open(path, "rb") as f:
+        raw = np.frombuffer(f.read(), dtype=np.uint8).astype(np.int32)
     n = int(0.9 * len(raw))
     return raw[:n], raw[n:]
 
