@@ -3,11 +3,18 @@ import numpy as np
 import pytest
 
 import funcgrad
+import funcgrad.cuda
 import funcgrad.numpy as fnp
 from funcgrad import nn, optim
 from funcgrad.tree_util import tree_leaves
 
-pytestmark = pytest.mark.cuda
+pytestmark = [
+    pytest.mark.cuda,
+    # like the other cuda test files: no GPU and no simulator -> skip (FUNCGRAD_REQUIRE_GPU=1: fail)
+    pytest.mark.skipif(not (funcgrad.cuda.usable()
+                            or __import__("os").environ.get("FUNCGRAD_REQUIRE_GPU") == "1"),
+                       reason="no GPU; run with NUMBA_ENABLE_CUDASIM=1 to use the simulator"),
+]
 
 
 def _mlp(rng, sizes):
