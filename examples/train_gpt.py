@@ -58,7 +58,8 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=None)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--warmup", type=int, default=100)
-    ap.add_argument("--eval-every", type=int, default=250)
+    ap.add_argument("--eval-every", type=int, default=None,
+                    help="validate every N steps (default: 250, or a quarter of a short run)")
     ap.add_argument("--eval-batches", type=int, default=8)
     ap.add_argument("--checkpoint", default="checkpoints/gpt.safetensors")
     ap.add_argument("--resume", action="store_true", help="continue from --checkpoint")
@@ -75,6 +76,7 @@ def main(argv=None):
     cfg = {"w2": gpt.W2, "small": gpt.SMALL}[args.config or ("w2" if on_gpu else "small")]
     steps = args.steps if args.steps is not None else (3000 if on_gpu else 200)
     batch = args.batch or (16 if on_gpu else 8)
+    args.eval_every = args.eval_every or max(1, min(250, steps // 4))
     train, val = load_data()
     rng = np.random.default_rng(args.seed)
     opt = make_optimizer(steps, args.lr, args.warmup)
