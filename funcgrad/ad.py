@@ -12,16 +12,6 @@ from .core import (Lit, ShapedArray, Tracer, aval_of, bind, eqn_tag, is_float, s
 from .tree_util import tree_flatten, tree_map, tree_structure, tree_unflatten
 
 
-def _flat_fun(f, in_tree, out_store):
-    """f over flat leaves; the output pytree structure goes to out_store[0]."""
-    def flat(*leaves):
-        out = f(*tree_unflatten(in_tree, list(leaves)))
-        out_leaves, out_tree = tree_flatten(out)
-        out_store[0] = out_tree
-        return [_as_value(o) for o in out_leaves]
-    return flat
-
-
 def _as_value(x):
     if isinstance(x, (Tracer,)) or hasattr(x, "aval"):
         return x
@@ -29,17 +19,35 @@ def _as_value(x):
     return fnp.asarray(x)
 
 
+class _FlatOutputs:
+    """fun over flat input leaves returning flat output (+ aux) leaves; remembers the trees."""
+
+    def __init__(self, fun, in_tree, has_aux):
+        self.fun, self.in_tree, self.has_aux = fun, in_tree, has_aux
+        self.out_tree = self.aux_tree = None
+        self.n_aux = 0
+
+    def __call__(self, *leaves):
+        out = self.fun(*tree_unflatten(self.in_tree, list(leaves)))
+        aux_leaves = []
+        if self.has_aux:
+            if not (isinstance(out, tuple) and len(out) == 2):
+                raise TypeError("has_aux=True requires fun to return a pair (output, aux)")
+            out, aux = out
+            aux_leaves, self.aux_tree = tree_flatten(aux)
+            self.n_aux = len(aux_leaves)
+        out_leaves, self.out_tree = tree_flatten(out)
+        return [_as_value(o) for o in out_leaves + aux_leaves]
+
+    def split(self, vals):
+        """(output leaves, aux pytree or None) from the flat results."""
+        n = len(vals) - self.n_aux
+        aux = tree_unflatten(self.aux_tree, vals[n:]) if self.has_aux else None
+        return vals[:n], aux
+
+
 def _avals(leaves):
     return [aval_of(x) for x in leaves]
-
-
-def trace_flat(f, args: Sequence, kwargs=None):
-    """Trace f(*args) with abstract leaves: (expr, consts, in_leaves, out_tree)."""
-    in_leaves, in_tree = tree_flatten(tuple(args))
-    in_leaves = [_as_value(x) for x in in_leaves]
-    store = [None]
-    expr, consts, _ = trace_to_expr(_flat_fun(lambda *a: f(*a), in_tree, store), _avals(in_leaves))
-    return expr, consts, in_leaves, store[0]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,32 +169,11 @@ def vjp(fun: Callable, *primals, has_aux: bool = False):
     """
     in_leaves, in_tree = tree_flatten(tuple(primals))
     in_leaves = [_as_value(x) for x in in_leaves]
-    store = [None]
-
-    def flat(*leaves):
-        out = fun(*tree_unflatten(in_tree, list(leaves)))
-        if has_aux:
-            if not (isinstance(out, tuple) and len(out) == 2):
-                raise TypeError("has_aux=True requires fun to return a pair (output, aux)")
-            out, aux = out
-            aux_leaves, aux_tree = tree_flatten(aux)
-            store.append((aux_tree, len(aux_leaves)))
-            out_leaves, out_tree = tree_flatten(out)
-            store[0] = out_tree
-            return [_as_value(o) for o in out_leaves] + [_as_value(a) for a in aux_leaves]
-        out_leaves, out_tree = tree_flatten(out)
-        store[0] = out_tree
-        return [_as_value(o) for o in out_leaves]
-
+    flat = _FlatOutputs(fun, in_tree, has_aux)
     expr, consts, _ = trace_to_expr(flat, _avals(in_leaves))
     env, active, read = _forward(expr, consts, in_leaves)
-    outs = [read(o) for o in expr.outs]
-    out_tree = store[0]
-    aux = None
-    if has_aux:
-        aux_tree, n_aux = store[1]
-        outs, aux_leaves = outs[:len(outs) - n_aux], outs[len(outs) - n_aux:]
-        aux = tree_unflatten(aux_tree, aux_leaves)
+    outs, aux = flat.split([read(o) for o in expr.outs])
+    out_tree = flat.out_tree
     n_out = len(outs)
 
     def vjp_fn(cotangents):
@@ -356,31 +343,14 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
                             f"dtypes; got primal {p.aval.str_short()} and tangent "
                             f"{t.aval.str_short()}\n  at {user_frame_src()}")
         t_vals.append(t if is_float(p.dtype) else None)
-    store = [None]
-    aux_store = []
-
-    def flat(*leaves):
-        out = fun(*tree_unflatten(p_tree, list(leaves)))
-        if has_aux:
-            out, aux = out
-            al, at = tree_flatten(aux)
-            aux_store.append((at, len(al)))
-            ol, ot = tree_flatten(out)
-            store[0] = ot
-            return [_as_value(o) for o in ol] + [_as_value(a) for a in al]
-        ol, ot = tree_flatten(out)
-        store[0] = ot
-        return [_as_value(o) for o in ol]
-
+    flat = _FlatOutputs(fun, p_tree, has_aux)
     expr, consts, _ = trace_to_expr(flat, _avals(p_leaves))
     outs, touts = jvp_expr_eval(expr, consts, p_leaves, t_vals)
     touts = [t if t is not None else _zeros_like_leaf(o) for t, o in zip(touts, outs)]
-    if has_aux:
-        at, n = aux_store[0]
-        aux = tree_unflatten(at, outs[len(outs) - n:])
-        outs, touts = outs[:len(outs) - n], touts[:len(touts) - n]
-        return (tree_unflatten(store[0], outs), tree_unflatten(store[0], touts), aux)
-    return tree_unflatten(store[0], outs), tree_unflatten(store[0], touts)
+    outs, aux = flat.split(outs)
+    touts = touts[:len(outs)]
+    res = (tree_unflatten(flat.out_tree, outs), tree_unflatten(flat.out_tree, touts))
+    return res + (aux,) if has_aux else res
 
 
 def stop_gradient(x: Any) -> Any:

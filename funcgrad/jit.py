@@ -194,23 +194,22 @@ def jit(fun: Callable, static_argnums=(), static_argnames=(), donate_argnums=())
         sig = _Signature(tree, tuple(aval_of(v) for v in vals), st, device, paths)
         return sig, st, vals, tree
 
-    def lower(*args, **kwargs) -> Lowered:
+    def _cached(args, kwargs):
+        """(Lowered for this signature, flat argument values), tracing on a cache miss."""
         sig, st, vals, tree = _signature(args, kwargs)
         low = cache.get(sig)
         if low is None:
             if config.explain_retraces:
                 sig.paths = _paths(args, kwargs, st)
             low = cache[sig] = _lower(sig, st, args, kwargs, vals, tree)
-        return low
+        return low, vals
+
+    def lower(*args, **kwargs) -> Lowered:
+        return _cached(args, kwargs)[0]
 
     @functools.wraps(fun)
     def wrapped(*args, **kwargs):
-        sig, st, vals, tree = _signature(args, kwargs)
-        low = cache.get(sig)
-        if low is None:
-            if config.explain_retraces:
-                sig.paths = _paths(args, kwargs, st)
-            low = cache[sig] = _lower(sig, st, args, kwargs, vals, tree)
+        low, vals = _cached(args, kwargs)
         closed = low.closed
         if any(isinstance(v, Tracer) for v in vals) or core.current_builder() is not None:
             outs = eval_expr(low.traced[0], vals, low.traced[1])

@@ -18,6 +18,7 @@ import math
 from . import runtime
 from .arrays import DeviceBuffer, pool
 from .elementwise import compute_t, contiguous, nbt
+from .reduce import _collapse
 
 GPU_TILES = {"big": (128, 128, 8, 8, 8), "small": (64, 64, 8, 4, 4)}
 SIM_TILES = (8, 8, 4, 2, 2)
@@ -94,18 +95,6 @@ def _source(dtype, out_dtype, a_mode, b_mode, BM, BN, BK, TM, TN):
             L += [f"        col = n0 + tx + {j * RN}", "        if col < N:",
                   f"            C[cbase + row * N + col] = {out}(c{i}_{j})"]
     return "\n".join(L) + "\n"
-
-
-def _collapse(shape, strides):
-    dims = [(n, s) for n, s in zip(shape, strides) if n != 1]
-    if not dims:
-        return 1, 0
-    n, s = dims[-1]
-    for pn, ps in reversed(dims[:-1]):
-        if ps != s * n:
-            return None
-        n *= pn
-    return n, dims[-1][1]
 
 
 def _grouped(x: DeviceBuffer, groups):
