@@ -14,9 +14,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 
-import funcgrad  # noqa: E402
-import funcgrad.numpy as fnp  # noqa: E402
-from funcgrad import nn, optim  # noqa: E402
+import funcgrad
+import funcgrad.numpy as fnp
+from funcgrad import nn, optim
 
 
 def emit(**kw):
@@ -147,7 +147,7 @@ def w4(eager: bool):
 
 
 def main(which):
-    import torch  # noqa: F401  (only for the GPU's name, printed like the peers do)
+    import torch
     emit(what="versions", funcgrad=funcgrad.__version__, backend=funcgrad.default_backend(),
          gpu=torch.cuda.get_device_name(0))
     if "W3" in which:

@@ -19,7 +19,7 @@ import funcgrad.numpy as fnp
 from funcgrad import optim
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import gpt  # noqa: E402
+import gpt
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data",
                     "tinyshakespeare.txt")
@@ -44,7 +44,7 @@ def make_optimizer(steps, lr, warmup):
     schedule = optim.warmup_cosine_decay_schedule(0.0, lr, warmup, max(steps, warmup + 1),
                                                   end_value=lr / 10)
     # weight decay on matrices only (not biases, layer-norm scales or position embeddings)
-    decay_mask = lambda p: funcgrad.tree_util.tree_map(lambda x: x.ndim == 2, p)  # noqa: E731
+    decay_mask = lambda p: funcgrad.tree_util.tree_map(lambda x: x.ndim == 2, p)
     return optim.chain(optim.clip_by_global_norm(1.0),
                        optim.adamw(schedule, b1=0.9, b2=0.95, eps=1e-8, weight_decay=0.1,
                                    mask=decay_mask))

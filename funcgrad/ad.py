@@ -2,13 +2,24 @@
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from . import prims
-from .core import (Lit, ShapedArray, Tracer, aval_of, bind, eqn_tag, is_float, source_info,
-                   trace_to_expr, user_frame_src)
+from .core import (
+    Lit,
+    ShapedArray,
+    Tracer,
+    aval_of,
+    bind,
+    eqn_tag,
+    is_float,
+    source_info,
+    trace_to_expr,
+    user_frame_src,
+)
 from .tree_util import tree_flatten, tree_map, tree_structure, tree_unflatten
 
 

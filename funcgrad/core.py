@@ -6,7 +6,8 @@ import itertools
 import os
 import sys
 import threading
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +34,7 @@ def is_int(dtype) -> bool:
 
 class ShapedArray:
     """The abstract value of an array: its shape and dtype."""
-    __slots__ = ("shape", "dtype")
+    __slots__ = ("dtype", "shape")
 
     def __init__(self, shape, dtype):
         self.shape = tuple(int(d) for d in shape)
@@ -111,7 +112,7 @@ def eqn_tag(tag):
 
 
 @contextlib.contextmanager
-def source_info(src: Optional[str]):
+def source_info(src: str | None):
     """Attribute the equations bound inside to `src` (used when replaying or differentiating)."""
     prev = _src_override()
     _state.src = src
@@ -150,7 +151,7 @@ class Var:
 
 class Lit:
     """A scalar literal inlined in an equation."""
-    __slots__ = ("val", "aval")
+    __slots__ = ("aval", "val")
 
     def __init__(self, val):
         self.val = np.asarray(val)
@@ -159,7 +160,7 @@ class Lit:
 
 class Eqn:
     """One primitive application: out = prim(*inputs, **params), bound at `src`."""
-    __slots__ = ("prim", "inputs", "params", "out", "src", "tag")
+    __slots__ = ("inputs", "out", "params", "prim", "src", "tag")
 
     def __init__(self, prim, inputs, params, out, src, tag=None):
         self.prim, self.inputs, self.params, self.out, self.src = prim, inputs, params, out, src
@@ -399,7 +400,7 @@ class ArrayBase:
 
 class Array(ArrayBase):
     """A concrete array living on a device (numpy memory for "cpu", GPU memory for "cuda")."""
-    __slots__ = ("buf", "aval", "device", "__weakref__")
+    __slots__ = ("__weakref__", "aval", "buf", "device")
 
     def __init__(self, buf, aval: ShapedArray, device: str = "cpu"):
         self.buf, self.aval, self.device = buf, aval, device
@@ -503,7 +504,7 @@ def get_backend(name: str):
     return b
 
 
-def to_array(x, device: Optional[str] = None) -> Array:
+def to_array(x, device: str | None = None) -> Array:
     """A concrete Array from an Array, numpy array or Python scalar (on `device` if given)."""
     if isinstance(x, Array):
         if device is None or x.device == device:
@@ -613,7 +614,7 @@ def new_builder():
         stack.pop()
 
 
-def current_builder() -> Optional[Builder]:
+def current_builder() -> Builder | None:
     s = _stack()
     return s[-1] if s else None
 

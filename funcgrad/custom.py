@@ -7,12 +7,21 @@ record), reverse mode treats the group as one node (ad.py), so each record is on
 from __future__ import annotations
 
 import functools
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .core import (Primitive, ShapedArray, Tracer, aval_of, bind, eqn_tag, eval_expr,
-                   trace_to_expr, user_frame_src)
+from .core import (
+    Primitive,
+    ShapedArray,
+    Tracer,
+    aval_of,
+    bind,
+    eqn_tag,
+    eval_expr,
+    trace_to_expr,
+    user_frame_src,
+)
 from .tree_util import tree_flatten, tree_structure, tree_unflatten
 
 
@@ -184,6 +193,28 @@ def _bind_group(prim, rec, leaves, out_tree):
     return tree_unflatten(out_tree, outs)
 
 
+def _split_call(rule, args):
+    """Separate nondiff arguments from the differentiable leaves of a custom_* call:
+    (nondiff {pos: value}, diff args, leaves, their tree, full(diff) -> all args,
+    fun over flat leaves, store that receives the output tree)."""
+    from .ad import _as_value
+    nd = {i: args[i] for i in rule.nondiff_argnums}
+    dyn = tuple(a for i, a in enumerate(args) if i not in nd)
+    leaves, in_tree = tree_flatten(dyn)
+    leaves = [_as_value(x) for x in leaves]
+    store = {}
+
+    def full(d):
+        it = iter(d)
+        return [nd[i] if i in nd else next(it) for i in range(len(args))]
+
+    def fun_flat(*xs):
+        ol, store["out_tree"] = tree_flatten(rule.fun(*full(tree_unflatten(in_tree, list(xs)))))
+        return [_as_value(o) for o in ol]
+
+    return nd, dyn, leaves, in_tree, full, fun_flat, store
+
+
 class custom_vjp:
     """A function with a user-defined reverse-mode rule (JAX semantics).
 
@@ -211,22 +242,9 @@ class custom_vjp:
         name = getattr(self.fun, "__name__", "custom_vjp")
         if self.fwd is None:
             raise AttributeError(f"No VJP defined for custom_vjp function {name} using defvjp.")
-        nd = {i: args[i] for i in self.nondiff_argnums}
-        dyn = tuple(a for i, a in enumerate(args) if i not in nd)
         from .ad import _as_value
-        leaves, in_tree = tree_flatten(dyn)
-        leaves = [_as_value(x) for x in leaves]
+        nd, dyn, leaves, in_tree, full, fun_flat, store = _split_call(self, args)
         in_avals = [aval_of(x) for x in leaves]
-        store = {}
-
-        def full(d):
-            it = iter(d)
-            return [nd[i] if i in nd else next(it) for i in range(len(args))]
-
-        def fun_flat(*xs):
-            out = self.fun(*full(tree_unflatten(in_tree, list(xs))))
-            ol, store["out_tree"] = tree_flatten(out)
-            return [_as_value(o) for o in ol]
 
         def fwd_flat(*xs):
             res = self.fwd(*full(tree_unflatten(in_tree, list(xs))))
@@ -292,21 +310,8 @@ class custom_jvp:
         name = getattr(self.fun, "__name__", "custom_jvp")
         if self.jvp_rule is None:
             raise AttributeError(f"No JVP defined for custom_jvp function {name} using defjvp.")
-        nd = {i: args[i] for i in self.nondiff_argnums}
-        dyn = tuple(a for i, a in enumerate(args) if i not in nd)
         from .ad import _as_value
-        leaves, in_tree = tree_flatten(dyn)
-        leaves = [_as_value(x) for x in leaves]
-        store = {}
-
-        def full(d):
-            it = iter(d)
-            return [nd[i] if i in nd else next(it) for i in range(len(args))]
-
-        def fun_flat(*xs):
-            out = self.fun(*full(tree_unflatten(in_tree, list(xs))))
-            ol, store["out_tree"] = tree_flatten(out)
-            return [_as_value(o) for o in ol]
+        nd, dyn, leaves, in_tree, full, fun_flat, store = _split_call(self, args)
 
         def jvp_flat(primals, tangents):
             p = tree_unflatten(in_tree, list(primals))

@@ -32,7 +32,7 @@ debug_print_p.jvp = lambda ts, xs, *, out, **_: None
 debug_print_p.batch = lambda args, dims, **p: (bind(debug_print_p, *args, **p), None)
 
 
-def print(fmt: str, *args, **kwargs) -> None:  # noqa: A001 - JAX's name
+def print(fmt: str, *args, **kwargs) -> None:
     """Print formatted values at run time, also inside jit, vmap and grad.
 
     Under vmap the batched values are printed. Output goes to stdout.

@@ -4,7 +4,8 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -69,7 +70,7 @@ class _Interpreter:
 
 
 class _Signature:
-    __slots__ = ("tree", "avals", "statics", "device", "paths", "_hash")
+    __slots__ = ("_hash", "avals", "device", "paths", "statics", "tree")
 
     def __init__(self, tree, avals, statics, device, paths):
         self.tree, self.avals, self.statics, self.device, self.paths = (

@@ -42,7 +42,7 @@ def integer_pow(x, y: int):
     return bind(P.integer_pow_p, x, y=int(y))
 
 
-def slice(operand, start_indices, limit_indices, strides=None):  # noqa: A001
+def slice(operand, start_indices, limit_indices, strides=None):
     strides = tuple(strides) if strides is not None else (1,) * len(start_indices)
     return bind(P.slice_p, operand, start_indices=tuple(start_indices),
                 limit_indices=tuple(limit_indices), strides=strides)

@@ -4,8 +4,18 @@ from __future__ import annotations
 import numpy as np
 
 from . import prims as P
-from .core import (Array, ArrayBase, Expr, Lit, Tracer, Var, current_tag, eqn_tag, new_builder,
-                   source_info)
+from .core import (
+    Array,
+    ArrayBase,
+    Expr,
+    Lit,
+    Tracer,
+    Var,
+    current_tag,
+    eqn_tag,
+    new_builder,
+    source_info,
+)
 
 _FOLD_LIMIT = 1 << 12  # elements: larger constant results stay as equations
 
@@ -142,9 +152,7 @@ class _Rewriter:
         elif prim is P.convert_element_type_p:
             if _dtype(args[0]) == params["new_dtype"]:
                 return args[0]
-        elif prim is P.stop_gradient_p:
-            return args[0]
-        elif prim is P.integer_pow_p and params["y"] == 1:
+        elif prim is P.stop_gradient_p or prim is P.integer_pow_p and params["y"] == 1:
             return args[0]
         elif prim is P.select_p:
             v = f(args[0])

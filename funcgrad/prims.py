@@ -940,7 +940,7 @@ def _dot_batch(args, dims, *, dimension_numbers):
     x, y = args
     dx, dy = dims
     (lc, rc), (lb, rb) = dimension_numbers
-    sh = lambda t: tuple(a + 1 for a in t)  # noqa: E731
+    sh = lambda t: tuple(a + 1 for a in t)
     if dx is not None and dy is not None:
         return dot_general(x, y, ((sh(lc), sh(rc)), ((0,) + sh(lb), (0,) + sh(rb)))), 0
     if dx is not None:  # x's batch axis becomes its first free axis

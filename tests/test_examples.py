@@ -11,7 +11,7 @@ import funcgrad.numpy as fnp
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples")
 sys.path.insert(0, EXAMPLES)
 
-import gpt  # noqa: E402
+import gpt
 
 TINY = gpt.Config(vocab=256, d=32, layers=2, heads=4, ctx=16)
 

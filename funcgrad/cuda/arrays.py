@@ -59,7 +59,7 @@ class _DriverMemory:
     device arrays reach numba-managed memory through weak proxies, and slicing an array whose
     proxy target was collected raised ReferenceError on real GPUs. Arrays made with
     from_cuda_array_interface(owner=this) hold plain references instead."""
-    __slots__ = ("ptr", "__weakref__")
+    __slots__ = ("__weakref__", "ptr")
 
     def __init__(self, ptr: int):
         self.ptr = ptr

@@ -8,10 +8,8 @@ impls.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from . import runtime
-from .arrays import DeviceBuffer, from_host, pool, to_host
+from .arrays import DeviceBuffer, pool, to_host
 from .elementwise import compute_t, contiguous, nbt
 from .gather import error_flags
 

@@ -36,13 +36,15 @@ def _source(dtype, out_dtype, a_mode, b_mode, BM, BN, BK, TM, TN):
     assert NT % BK == 0 and NT % BM == 0 and NT % BN == 0 and LA * NT == BM * BK
     P = 4 if BM >= 32 else 0
     L = [f"\n@cuda.jit({runtime.jit_opts()})",
-         "def kernel(A, ao, sab, sam, sak, B, bo, sbb, sbk, sbn, C, co, M, N, K):",
+         "def kernel(A, ao, sab, sam, sak, B, bo, sbb, sbk, sbn, C, co, M, N, K, S, KS):",
          f"    As = cuda.shared.array((2, {BK}, {BM + P}), {ct})",
          f"    Bs = cuda.shared.array((2, {BK}, {BN + P}), {ct})",
          "    tid = cuda.threadIdx.x", "    bz = cuda.blockIdx.z",
          f"    m0 = cuda.blockIdx.y * {BM}", f"    n0 = cuda.blockIdx.x * {BN}",
          f"    tx = tid % {RN}", f"    ty = tid // {RN}",
-         "    abase = ao + bz * sab", "    bbase = bo + bz * sbb"]
+         # blockIdx.z = batch * S + split: split s sums k in [s KS, (s + 1) KS)
+         "    bb = bz // S", "    k_lo = (bz - bb * S) * KS", "    k_hi = min(K, k_lo + KS)",
+         "    abase = ao + bb * sab", "    bbase = bo + bb * sbb"]
     # which (row, k) / (k, col) element each of a thread's loads fetches
     for q in range(LA):
         if a_mode == "k":
@@ -64,12 +66,12 @@ def _source(dtype, out_dtype, a_mode, b_mode, BM, BN, BK, TM, TN):
     def loads(ind, k0):
         out_ = []
         for q in range(LA):
-            out_ += [f"{ind}kk = {k0} + ak{q}",
-                     f"{ind}ra{q} = {ct}({ld}(A[aoff{q} + kk * sak])) if (aok{q} and kk < K) "
+            out_ += [f"{ind}kk = k_lo + {k0} + ak{q}",
+                     f"{ind}ra{q} = {ct}({ld}(A[aoff{q} + kk * sak])) if (aok{q} and kk < k_hi) "
                      f"else {ct}(0)"]
         for q in range(LB):
-            out_ += [f"{ind}kk = {k0} + bk{q}",
-                     f"{ind}rb{q} = {ct}({ld}(B[boff{q} + kk * sbk])) if (bok{q} and kk < K) "
+            out_ += [f"{ind}kk = k_lo + {k0} + bk{q}",
+                     f"{ind}rb{q} = {ct}({ld}(B[boff{q} + kk * sbk])) if (bok{q} and kk < k_hi) "
                      f"else {ct}(0)"]
         return out_
 
@@ -77,7 +79,7 @@ def _source(dtype, out_dtype, a_mode, b_mode, BM, BN, BK, TM, TN):
         return ([f"{ind}As[{buf}, ak{q}, am{q}] = ra{q}" for q in range(LA)]
                 + [f"{ind}Bs[{buf}, bk{q}, bn{q}] = rb{q}" for q in range(LB)])
 
-    L += [f"    nk = (K + {BK - 1}) // {BK}", "    if nk > 0:"]
+    L += [f"    nk = (k_hi - k_lo + {BK - 1}) // {BK}", "    if nk > 0:"]
     L += loads("        ", "0") + stores("        ", "0")
     L += ["    cuda.syncthreads()", "    for t in range(nk):", "        cur = t % 2",
           "        if t + 1 < nk:"]
@@ -134,16 +136,63 @@ def dot_general(x: DeviceBuffer, y: DeviceBuffer, dimension_numbers, out_aval) -
         return out
     a_mode = "k" if (sak == 1 or sam != 1) else "m"
     b_mode = "n" if (sbn == 1 or sbk != 1) else "k"
-    if runtime.SIM:
-        tiles = SIM_TILES
-    else:
-        big = GPU_TILES["big"]
-        nblk = -(-M // big[0]) * -(-N // big[1]) * Bn
-        tiles = big if nblk >= 132 else GPU_TILES["small"]
+    tiles, S = _geometry(Bn, M, N, K)
     BM, BN, BK, TM, TN = tiles
-    key = ("gemm", x.dtype.name, out.dtype.name, a_mode, b_mode, tiles)
-    k = runtime.kernel(key, lambda: _source(x.dtype, out.dtype, a_mode, b_mode, *tiles))
-    grid = (-(-N // BN), -(-M // BM), Bn)
-    k[grid, (BM // TM) * (BN // TN), runtime.stream()](xa.arr(), xa.offset, sab, sam, sak, yb.arr(), yb.offset,
-                                     sbb, sbk, sbn, out.arr(), out.offset, M, N, K)
+    KS = -(-K // S) if S > 1 else max(K, 1)
+    KS = -(-KS // BK) * BK if S > 1 else KS
+    S = -(-K // KS) if S > 1 else 1
+    # with S > 1 each split writes a partial product; a second kernel sums them in order
+    dst = out if S == 1 else pool().empty((Bn, S, M, N), _acc_t(x.dtype) if x.dtype.kind == "f"
+                                          else "int64")
+    key = ("gemm", x.dtype.name, dst.dtype.name, a_mode, b_mode, tiles)
+    k = runtime.kernel(key, lambda: _source(x.dtype, dst.dtype, a_mode, b_mode, *tiles))
+    grid = (-(-N // BN), -(-M // BM), Bn * S)
+    k[grid, (BM // TM) * (BN // TN), runtime.stream()](
+        xa.arr(), xa.offset, sab, sam, sak, yb.arr(), yb.offset, sbb, sbk, sbn, dst.arr(),
+        dst.offset, M, N, K, S, KS)
+    if S > 1:
+        _sum_splits(dst, out, Bn, S, M * N)
     return out
+
+
+def _geometry(Bn, M, N, K):
+    """(tiles, splits of K): big tiles when they fill the GPU, split-K when the grid is small."""
+    if runtime.SIM:   # split whenever K is long enough, so the tests run the split path too
+        return SIM_TILES, (2 if K >= 12 else 1)
+    big, small = GPU_TILES["big"], GPU_TILES["small"]
+
+    def blocks(t):
+        return -(-M // t[0]) * -(-N // t[1]) * Bn
+    smax = max(1, min(8, K // 256))
+    nb = blocks(big)
+    if nb >= 132:
+        return big, 1
+    if nb * smax >= 132:
+        return big, min(smax, -(-264 // nb))
+    return small, min(smax, max(1, -(-264 // blocks(small))))
+
+
+def _sum_source(acc, out):
+    return f"""
+@cuda.jit({runtime.jit_opts()})
+def kernel(n, MN, S, P, po, o, oo):
+    i = cuda.grid(1)
+    step = cuda.gridsize(1)
+    while i < n:
+        b = i // MN
+        base = po + b * S * MN + (i - b * MN)
+        acc = P[base]
+        for s in range(1, S):
+            acc += P[base + s * MN]
+        o[oo + i] = {nbt(out)}(acc)
+        i += step
+"""
+
+
+def _sum_splits(part: DeviceBuffer, out: DeviceBuffer, Bn, S, MN):
+    """out[b, :] = sum over s of part[b, s, :], s ascending (deterministic)."""
+    n = Bn * MN
+    k = runtime.kernel(("gemm_splitsum", part.dtype.name, out.dtype.name),
+                       lambda: _sum_source(part.dtype, out.dtype))
+    blocks, threads = runtime.grid_1d(n)
+    k[blocks, threads, runtime.stream()](n, MN, S, part.arr(), part.offset, out.arr(), out.offset)

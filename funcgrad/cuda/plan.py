@@ -16,7 +16,6 @@ from . import arrays, fusion, runtime
 from . import elementwise as ew
 from .lowering import lower
 
-
 # FUNCGRAD_PROFILE=1: plans run step by step with a synchronize around each step (no graphs) and
 # add the seconds per step kind to PROFILE; profile_report() prints the largest.
 PROFILE = {} if os.environ.get("FUNCGRAD_PROFILE") else None

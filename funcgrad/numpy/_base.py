@@ -6,8 +6,17 @@ import builtins
 import numpy as np
 
 from .. import prims
-from ..core import (ArrayBase, ShapedArray, aval_of, bind, is_float, is_int, to_array,
-                    type_error, user_frame_src)
+from ..core import (
+    ArrayBase,
+    ShapedArray,
+    aval_of,
+    bind,
+    is_float,
+    is_int,
+    to_array,
+    type_error,
+    user_frame_src,
+)
 
 # ---------------------------------------------------------------------------------------------
 # dtypes

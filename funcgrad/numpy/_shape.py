@@ -5,8 +5,15 @@ import numpy as np
 
 from .. import prims as P
 from ..core import ArrayBase, bind, is_int, type_error
-from ._base import (_norm_axis, asarray, broadcast_shapes, broadcast_to, norm_axes, reshape,
-                    result_type)
+from ._base import (
+    _norm_axis,
+    asarray,
+    broadcast_shapes,
+    broadcast_to,
+    norm_axes,
+    reshape,
+    result_type,
+)
 
 
 def transpose(a, axes=None):

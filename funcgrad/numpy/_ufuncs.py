@@ -7,8 +7,16 @@ import numpy as np
 
 from .. import prims as P
 from ..core import ArrayBase, Tracer, bind, is_float, is_int, type_error
-from ._base import (asarray, broadcast_shapes, broadcast_to, canonical_dtype, norm_axes,
-                    promote_args, reshape, result_type)
+from ._base import (
+    asarray,
+    broadcast_shapes,
+    broadcast_to,
+    canonical_dtype,
+    norm_axes,
+    promote_args,
+    reshape,
+    result_type,
+)
 
 _F32 = np.dtype(np.float32)
 

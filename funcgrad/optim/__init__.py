@@ -11,19 +11,59 @@ Example:
     >>> params = optim.apply_updates(params, updates)
 """
 from .aliases import adam, adamw, lion, rmsprop, sgd
-from .base import (EmptyState, GradientTransformation, OptState, Params, Updates,
-                   apply_updates, chain, global_norm, identity)
-from .schedules import (constant_schedule, cosine_decay_schedule, exponential_decay,
-                        join_schedules, linear_schedule, piecewise_constant_schedule,
-                        polynomial_schedule, warmup_cosine_decay_schedule)
-from .transforms import (ScaleByAdamState, ScaleByLionState, ScaleByRmsState,
-                         ScaleByRmsWithCountState, ScaleByRStdDevState,
-                         ScaleByRStdDevWithCountState, ScaleByScheduleState, TraceState,
-                         add_decayed_weights, clip, clip_by_global_norm, scale, scale_by_adam,
-                         scale_by_learning_rate, scale_by_lion, scale_by_rms, scale_by_schedule,
-                         scale_by_stddev, trace)
-from .wrappers import (ApplyIfFiniteState, InjectHyperparamsState, MaskedNode, MaskedState,
-                       MultiSteps, MultiStepsState, apply_if_finite, inject_hyperparams, masked)
+from .base import (
+                   EmptyState,
+                   GradientTransformation,
+                   OptState,
+                   Params,
+                   Updates,
+                   apply_updates,
+                   chain,
+                   global_norm,
+                   identity,
+)
+from .schedules import (
+                   constant_schedule,
+                   cosine_decay_schedule,
+                   exponential_decay,
+                   join_schedules,
+                   linear_schedule,
+                   piecewise_constant_schedule,
+                   polynomial_schedule,
+                   warmup_cosine_decay_schedule,
+)
+from .transforms import (
+                   ScaleByAdamState,
+                   ScaleByLionState,
+                   ScaleByRmsState,
+                   ScaleByRmsWithCountState,
+                   ScaleByRStdDevState,
+                   ScaleByRStdDevWithCountState,
+                   ScaleByScheduleState,
+                   TraceState,
+                   add_decayed_weights,
+                   clip,
+                   clip_by_global_norm,
+                   scale,
+                   scale_by_adam,
+                   scale_by_learning_rate,
+                   scale_by_lion,
+                   scale_by_rms,
+                   scale_by_schedule,
+                   scale_by_stddev,
+                   trace,
+)
+from .wrappers import (
+                   ApplyIfFiniteState,
+                   InjectHyperparamsState,
+                   MaskedNode,
+                   MaskedState,
+                   MultiSteps,
+                   MultiStepsState,
+                   apply_if_finite,
+                   inject_hyperparams,
+                   masked,
+)
 
 __all__ = [
     "ApplyIfFiniteState", "EmptyState", "GradientTransformation", "InjectHyperparamsState",
