@@ -298,7 +298,6 @@ def test_empty_reductions_raise_like_cpu():
 
 def test_out_of_memory_names_request_and_pool():
     try:
-        fcuda.empty_cache()   # (a cache emptied on demand would make room under the limit)
         fcuda.empty_cache()  # else freeing the cache on the first failure makes room
         held = fcuda.memory_stats()["driver_bytes"]
         fcuda.set_memory_limit(held + (1 << 20))
