@@ -121,3 +121,33 @@ def test_unavailable_gpu_is_reported_clearly():
     else:
         assert fcuda.unavailable_reason()
         assert funcgrad.default_backend() == "cpu"   # the simulator is never the default
+
+
+def test_no_gpu_and_no_simulator_is_a_clear_error():
+    """A process without the simulator: "cuda" stays off the device list and asking for it says
+    why (on a machine with a GPU it simply works)."""
+    code = ("import numpy as np, funcgrad, funcgrad.cuda as c\n"
+            "print(funcgrad.devices(), c.is_available(), repr(c.unavailable_reason()))\n"
+            "try:\n"
+            "    funcgrad.device_put(np.ones(2), 'cuda')\n"
+            "    print('ok')\n"
+            "except RuntimeError as e:\n"
+            "    print('RuntimeError', e)\n")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    if fcuda.is_available():
+        assert "'cuda'" in r.stdout and r.stdout.strip().endswith("ok")
+    else:
+        assert "['cpu'] False" in r.stdout
+        assert "RuntimeError device 'cuda' is not available: " in r.stdout
+        assert len(r.stdout.split("not available: ")[1].strip()) > 10   # a reason is given
+
+
+def test_numpy_too_new_is_reported(monkeypatch):
+    from funcgrad.cuda import runtime
+    monkeypatch.setattr(runtime, "NUMPY_TOO_NEW", True)
+    monkeypatch.setattr(fcuda, "_status", {})
+    assert not fcuda.is_available() and not fcuda.usable()
+    assert "numpy<2.5" in fcuda.unavailable_reason()
