@@ -5,7 +5,6 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 
 from . import prims as P
 from .core import Lit, aval_of, bind, source_info, trace_to_expr, user_frame_src
@@ -149,4 +148,3 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_size: int | No
     return wrapped
 
 
-_ = np

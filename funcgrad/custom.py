@@ -14,7 +14,6 @@ import numpy as np
 from .core import (
     Primitive,
     ShapedArray,
-    Tracer,
     aval_of,
     bind,
     eqn_tag,
@@ -22,7 +21,7 @@ from .core import (
     trace_to_expr,
     user_frame_src,
 )
-from .tree_util import tree_flatten, tree_structure, tree_unflatten
+from .tree_util import tree_flatten, tree_unflatten
 
 
 class _Rec:
@@ -77,10 +76,6 @@ def _batched_rec(rec, dims):
     hit = rec._batched.get(key)
     if hit is not None:
         return hit
-    size = None
-    in_avals = []
-    for a, d in zip(rec.in_avals, dims):
-        in_avals.append(a if d is None else None)
     fun_b = vmap(rec.fun_flat, in_axes=tuple(dims))
     if rec.kind == "custom_jvp":
         def jvp_b(primals, tangents):
@@ -98,7 +93,6 @@ def _batched_rec(rec, dims):
                     for c, d in zip(cts_in, dims)]
         new = ("vjp", fwd_b, bwd_b)
     hit = rec._batched[key] = (fun_b, new)
-    _ = (size, in_avals)
     return hit
 
 
@@ -378,4 +372,3 @@ def checkpoint(fun: Callable, prevent_cse: bool = True, static_argnums=()) -> Ca
 
 
 remat = checkpoint
-_ = (Tracer, tree_structure)

@@ -5,7 +5,6 @@ import functools
 import inspect
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import numpy as np
 
@@ -277,4 +276,3 @@ def _paths(args, kwargs, st):
     return tuple(out)
 
 
-_ = Any

@@ -1,7 +1,6 @@
 """Testing helpers for users and funcgrad's own tests: numerical gradient checks."""
 from __future__ import annotations
 
-import itertools
 
 import numpy as np
 
@@ -99,4 +98,3 @@ def check_grads(f, args, order: int = 2, modes=("fwd", "rev"), eps: float = 1e-4
             check_grads(f_vjp, args, order - 1, ("rev",), eps, atol, rtol, seed + 2)
 
 
-_ = itertools

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import prims as P
-from ..core import ArrayBase, Tracer, bind, is_int, type_error, user_frame_src
+from ..core import ArrayBase, Tracer, bind, is_int, user_frame_src
 from ._base import asarray, broadcast_to, reshape
 from ._shape import checked_index, guard_index, transpose
 
@@ -279,4 +279,3 @@ class _IndexUpdateRef:
         return uniq, reduce(taken, axis=1)
 
 
-_ = type_error

@@ -6,7 +6,7 @@ import string
 import numpy as np
 
 from .. import prims as P
-from ..core import bind, type_error
+from ..core import type_error
 from ._base import asarray, broadcast_shapes, broadcast_to, reshape, result_type
 from ._shape import transpose
 from ._ufuncs import sqrt, sum
@@ -219,4 +219,3 @@ class linalg:
         raise NotImplementedError(f"linalg.norm ord={ord!r}")
 
 
-_ = bind
