@@ -12,10 +12,12 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.join(HERE, "..", "examples")]
+
+from workloads import MlpAdam, median_seconds
 
 import funcgrad
-import funcgrad.numpy as fnp
 from funcgrad import nn, optim
 
 
@@ -23,64 +25,18 @@ def emit(**kw):
     print(json.dumps(kw), flush=True)
 
 
-def timeit(fn, warm=3, reps=20):
-    """Median seconds of fn() (fn must block until its result is ready)."""
-    for _ in range(warm):
-        fn()
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return float(np.median(ts))
-
-
-def block(tree):
-    for leaf in funcgrad.tree_util.tree_leaves(tree):
-        leaf.block_until_ready()
-    return tree
-
-
 def mlp_step_ms(batch, sizes, reps=20):
-    rng = np.random.default_rng(0)
-    params = [{"w": (rng.standard_normal((a, b)) * 0.02).astype(np.float32),
-               "b": np.zeros(b, np.float32)} for a, b in zip(sizes[:-1], sizes[1:])]
-    params = funcgrad.device_put(params)
-
-    def loss(p, x, y):
-        h = x
-        for i, layer in enumerate(p):
-            h = h @ layer["w"] + layer["b"]
-            if i < len(p) - 1:
-                h = nn.relu(h)
-        return fnp.mean(nn.softmax_cross_entropy_with_integer_labels(h, y))
-
-    opt = optim.adam(1e-3)
-    state = [params, opt.init(params)]
-
-    @funcgrad.jit
-    def step(p, s, x, y):
-        val, g = funcgrad.value_and_grad(loss)(p, x, y)
-        u, s = opt.update(g, s, p)
-        return optim.apply_updates(p, u), s, val
-
-    x = funcgrad.device_put(rng.standard_normal((batch, sizes[0])).astype(np.float32))
-    y = funcgrad.device_put(rng.integers(0, sizes[-1], batch).astype(np.int32))
-
-    def run():
-        state[0], state[1], val = step(state[0], state[1], x, y)
-        val.block_until_ready()
+    step = MlpAdam(sizes, batch)
     t0 = time.perf_counter()
-    run()
+    step()
     first = time.perf_counter() - t0
-    ms = timeit(run, reps=reps) * 1e3
-    graph_info(step, state[0], state[1], x, y)
+    ms = median_seconds(step, reps=reps) * 1e3
+    graph_info(step.plan())
     return ms, first
 
 
-def graph_info(jitted, *args):
+def graph_info(plan):
     """Whether the plan replays as a CUDA graph (and why not)."""
-    plan = jitted.lower(*args).compile()
     emit(what="plan", graph=getattr(plan, "graph", None) is not None,
          graph_error=getattr(plan, "graph_error", None), steps=len(getattr(plan, "steps", [])))
 
@@ -116,8 +72,8 @@ def w2_gpt():
         run()
         print(fplan.profile_report(), flush=True)
         return
-    ms = timeit(run, reps=10) * 1e3
-    graph_info(step, state[0], state[1], idx, tgt)
+    ms = median_seconds(run, reps=10) * 1e3
+    graph_info(step.lower(state[0], state[1], idx, tgt).compile())
     from funcgrad import cuda as fcuda
     emit(what="W2_gpt_step_ms", impl="funcgrad_jit", value=ms, first_call_s=first,
          peak_MiB=fcuda.memory_stats()["peak_bytes"] / 2**20)
@@ -131,7 +87,7 @@ def w3(eager: bool):
     def f(x, a, b):
         return nn.gelu(x * a + b)
     g = f if eager else funcgrad.jit(f)
-    ms = timeit(lambda: g(x, a, b).block_until_ready()) * 1e3
+    ms = median_seconds(lambda: g(x, a, b).block_until_ready()) * 1e3
     emit(what="W3_elementwise_ms", impl="funcgrad_eager" if eager else "funcgrad_jit", value=ms,
          min_bytes=4 * n * 4)
 
@@ -141,7 +97,7 @@ def w4(eager: bool):
     a, b = [funcgrad.device_put(rng.standard_normal((4096, 4096)).astype(np.float32))
             for _ in range(2)]
     g = (lambda a, b: a @ b) if eager else funcgrad.jit(lambda a, b: a @ b)
-    ms = timeit(lambda: g(a, b).block_until_ready(), reps=10) * 1e3
+    ms = median_seconds(lambda: g(a, b).block_until_ready(), reps=10) * 1e3
     emit(what="W4_matmul4096_ms", impl="funcgrad_eager" if eager else "funcgrad_jit", value=ms,
          TFLOPs=2 * 4096 ** 3 / ms / 1e9)
 
