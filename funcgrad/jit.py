@@ -112,7 +112,10 @@ def jit(fun: Callable, static_argnums=(), static_argnames=(), donate_argnums=())
     arguments, and the device. Inside another transformation (grad, vmap, an outer jit) the
     traced expression is inlined instead (custom rules and checkpoints kept). Passes:
     dead-code elimination, common subexpression elimination, constant folding and trivial
-    algebra (x*1, x+0, no-op reshapes/broadcasts/casts). On "cuda" the plan is fused kernels replayed as a CUDA graph.
+    algebra (x*1, x+0, no-op reshapes/broadcasts/casts). On "cuda" the plan is fused kernels
+    replayed as a CUDA graph. The call runs where its arguments are: on the GPU if any is a GPU
+    array, on the CPU if arrays were put there (`device_put(x, "cpu")`), and on the default
+    device when all inputs are numpy arrays or Python numbers.
 
     Args:
         fun: a pure function of pytrees of arrays.
@@ -188,8 +191,11 @@ def jit(fun: Callable, static_argnums=(), static_argnames=(), donate_argnums=())
         leaves, tree = tree_flatten((dyn_args, dyn_kwargs))
         from .ad import _as_value
         vals = [_as_value(x) for x in leaves]
-        device = next((v.device for v in vals if isinstance(v, Array) and v.device != "cpu"),
-                      None) or core.default_device()
+        # a GPU argument puts the call on the GPU; arrays placed on the CPU keep it there;
+        # plain numpy/Python inputs go to the default device
+        devs = {v.device for v in vals if isinstance(v, Array)}
+        device = next((d for d in sorted(devs) if d != "cpu"),
+                      "cpu" if devs else core.default_device())
         paths = ()
         sig = _Signature(tree, tuple(aval_of(v) for v in vals), st, device, paths)
         return sig, st, vals, tree

@@ -245,10 +245,12 @@ mul_p = _binary("mul", np.multiply,                                           # 
 
 
 def _div_impl(x, y):
-    if is_int(x.dtype):  # C-style truncation, like lax.div
+    if is_int(x.dtype):  # C-style truncation, like lax.div; exact for 64-bit values too
         with np.errstate(all="ignore"):
-            q = np.where(y == 0, 0, np.trunc(np.true_divide(x, np.where(y == 0, 1, y))))
-        return q.astype(x.dtype)
+            d = np.where(y == 0, 1, y).astype(x.dtype)
+            q = np.floor_divide(x, d)
+            q = q + ((np.remainder(x, d) != 0) & ((x < 0) != (d < 0))).astype(x.dtype)
+        return np.where(y == 0, 0, q).astype(x.dtype)
     return np.divide(x, y)
 
 

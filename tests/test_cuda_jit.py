@@ -51,7 +51,8 @@ def test_jitted_adam_step_matches_cpu(rng):
     y = rng.integers(0, 3, 4).astype(np.int32)
     opt = optim.adamw(1e-2, weight_decay=0.1)
     step = funcgrad.jit(_adam_step(opt))
-    ref = step(params, opt.init(params), x, y)
+    ref = step(*funcgrad.device_put((params, opt.init(params), x, y), "cpu"))
+    assert all(leaf.device == "cpu" for leaf in tree_leaves(ref))
     dev = funcgrad.device_put((params, opt.init(params), x, y), "cuda")
     out = step(*dev)
     assert all(leaf.device == "cuda" for leaf in tree_leaves(out))
@@ -88,7 +89,7 @@ def test_fused_kernel_reads_views_in_place(rng):
 
     def f(a, b):
         return fnp.tanh(a.T * 2.0 + b[:, None]) - fnp.exp(a.T)
-    ref = f(a, b)
+    ref = f(*funcgrad.device_put((a, b), "cpu"))
     out = funcgrad.jit(f)(*funcgrad.device_put((a, b), "cuda"))
     _close(ref, out)
 
@@ -98,6 +99,34 @@ def test_jit_on_cuda_integer_and_bool_ops(rng):
 
     def f(x):
         return (x // 2 + x % 3) * (x > 0), fnp.where(x != 0, x, 7).sum(0)
-    ref = f(x)
+    ref = f(funcgrad.device_put(x, "cpu"))
     out = funcgrad.jit(f)(funcgrad.device_put(x, "cuda"))
+    _close(ref, out, 0)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int16", "uint16", "int32", "uint32",
+                                   "int64", "uint64"])
+def test_fused_integer_arithmetic_wraps_at_every_step(dtype, rng):
+    # numba widens integer products inside a kernel; each fused value must wrap to its dtype
+    # as numpy's does, or (a * a) % b differs (the PRNG's randint is such a chain)
+    info = np.iinfo(dtype)
+    a = rng.integers(info.min, info.max, 9, dtype=dtype, endpoint=True)
+    b = rng.integers(1, min(info.max, 1000), 9, dtype=dtype)
+
+    def f(a, b):
+        return ((a * a) % b * a + b) % b, (a * b) // b, (a + a) >> np.array(1, dtype)
+    ref = f(*funcgrad.device_put((a, b), "cpu"))
+    out = funcgrad.jit(f)(*funcgrad.device_put((a, b), "cuda"))
+    _close(ref, out, 0)
+
+
+def test_fused_float16_and_mixed_casts(rng):
+    x = rng.standard_normal(17).astype(np.float16)
+    i = rng.integers(-5, 5, 17).astype(np.int16)
+
+    def f(x, i):
+        y = fnp.floor(x * 3) + i.astype(np.float16)
+        return y.astype(np.int16) * i, fnp.round(x * 2), (x > 0) & (i < 2)
+    ref = f(*funcgrad.device_put((x, i), "cpu"))
+    out = funcgrad.jit(f)(*funcgrad.device_put((x, i), "cuda"))
     _close(ref, out, 0)

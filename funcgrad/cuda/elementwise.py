@@ -47,11 +47,12 @@ class T:
     f = property(lambda self: self.kind == "f")
 
 
-# helper device functions, specialised per compute type (typed constants keep float32 float32)
+# helper device functions, specialised per compute type (typed constants keep float32 float32);
+# the type is part of each name so that one fused kernel can hold helpers for several types
 HELPERS = {
     "idiv": """
 @cuda.jit(device=True, {opts})
-def idiv(x, y):
+def idiv_{ct}(x, y):
     if y == 0:
         return 0
     q = x // y
@@ -61,21 +62,21 @@ def idiv(x, y):
 """,
     "irem": """
 @cuda.jit(device=True, {opts})
-def irem(x, y):
+def irem_{ct}(x, y):
     if y == 0:
         return 0
-    return x - idiv(x, y) * y
+    return x - idiv_{ct}(x, y) * y
 """,
     "ffloor": """
 @cuda.jit(device=True, {opts})
-def ffloor(x):
+def ffloor_{ct}(x):
     if not (abs(x) < {ct}(4503599627370496.0)):
         return x
     return {ct}(math.floor(x))
 """,
     "fround": """
 @cuda.jit(device=True, {opts})
-def fround(x):
+def fround_{ct}(x):
     if not (abs(x) < {ct}(4503599627370496.0)):
         return x
     r = {ct}(math.floor(x))
@@ -175,8 +176,8 @@ OPS: dict = {
     "erf": (1, _u("math.erf({0})"), ()),
     "abs": (1, _u("abs({0})"), ()),
     "sign": (1, _sign, ()),
-    "floor": (1, _u("ffloor({0})"), ("ffloor",)),
-    "round": (1, _u("fround({0})"), ("fround",)),
+    "floor": (1, _u("ffloor_{ct}({0})"), ("ffloor",)),
+    "round": (1, _u("fround_{ct}({0})"), ("fround",)),
     "isfinite": (1, _u("math.isfinite({0})"), ()),
     "not": (1, lambda a, t: f"(not {a[0]})" if t.kind == "b" else f"(~{a[0]})", ()),
     "stop_gradient": (1, _u("{0}"), ()),
@@ -186,10 +187,10 @@ OPS: dict = {
     "add": (2, _u("({0} + {1})"), ()),
     "sub": (2, _u("({0} - {1})"), ()),
     "mul": (2, _u("({0} * {1})"), ()),
-    "div": (2, lambda a, t: f"({a[0]} / {a[1]})" if t.f else f"idiv({a[0]}, {a[1]})",
+    "div": (2, lambda a, t: f"({a[0]} / {a[1]})" if t.f else f"idiv_{t.ct}({a[0]}, {a[1]})",
             ("idiv",)),
-    "rem": (2, lambda a, t: f"math.fmod({a[0]}, {a[1]})" if t.f else f"irem({a[0]}, {a[1]})",
-            ("idiv", "irem")),
+    "rem": (2, lambda a, t: (f"math.fmod({a[0]}, {a[1]})" if t.f
+                             else f"irem_{t.ct}({a[0]}, {a[1]})"), ("idiv", "irem")),
     "pow": (2, _u("({0} ** {1})"), ()),
     "max": (2, _maxmin(">"), ()),
     "min": (2, _maxmin("<"), ()),
@@ -208,7 +209,7 @@ OPS: dict = {
     "iota": (0, lambda a, t: "i", ()),
 }
 
-IPOW_HELPER = """
+HELPERS["ipow"] = """
 @cuda.jit(device=True, {opts})
 def ipow(x, n):
     r = x - x + 1
@@ -248,9 +249,27 @@ def layout(shape, strides) -> str:
     return "c" if tuple(strides) == c_strides(shape) else "g"
 
 
+def scalar(name, args, dtype, out_dtype, params) -> tuple[str, set]:
+    """Op `name` applied to argument expressions of (compute type of) `dtype`.
+
+    Returns the expression, which yields the compute type of `out_dtype` after a cast, and the
+    (helper, compute type) pairs it calls; the elementwise and the fused kernels both use it.
+    """
+    _, tmpl, helpers = OPS[name]
+    t = T(dtype, out_dtype, params)
+    expr = tmpl(args, t)
+    used = {(h, t.ct) for h in helpers}
+    if "ipow(" in expr:
+        used.add(("ipow", ""))
+    return expr, used
+
+
+def helper_source(used: set, opts: str) -> str:
+    """Source of the helper device functions in `used` ((name, compute type) pairs)."""
+    return "".join(HELPERS[h].format(opts=opts, ct=ct) for h, ct in sorted(used))
+
+
 def _source(name, dtypes, out_dtype, lays, out_lay, rank, params):
-    nin, tmpl, helpers = OPS[name]
-    t = T(dtypes[0] if dtypes else out_dtype, out_dtype, params)
     opts = runtime.jit_opts()
     need_g = out_lay == "g" or "g" in lays
     args = ["n", "o", "oo"] + ([f"os{k}" for k in range(rank)] if out_lay == "g" else [])
@@ -277,12 +296,10 @@ def _source(name, dtypes, out_dtype, lays, out_lay, rank, params):
     for j, (lay, dt) in enumerate(zip(lays, dtypes)):
         body.append(f"        a{j} = {compute_t(dt)}(x{j}[{off(f'x{j}', f'x{j}o', lay)}])")
         names.append(f"a{j}")
-    expr = tmpl(names, t)
+    expr, helpers = scalar(name, names, dtypes[0] if dtypes else out_dtype, out_dtype, params)
     body.append(f"        o[{off('o', 'oo', out_lay)}] = {nbt(out_dtype)}({expr})")
     body.append("        i += step")
-    src = "".join(HELPERS[h].format(opts=opts, ct=t.ct) for h in helpers)
-    if "ipow(" in expr:
-        src += IPOW_HELPER.format(opts=opts)
+    src = helper_source(helpers, opts)
     src += f"\n@cuda.jit({opts})\ndef kernel({', '.join(args)}):\n" + "\n".join(body) + "\n"
     return src
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import prims as P
 from ..core import Lit, Var
+from .elementwise import compute_t, helper_source, nbt, scalar
 
 # ---------------------------------------------------------------------------------------------
 # clustering
@@ -108,136 +109,19 @@ def _prune(c):
 # code generation
 # ---------------------------------------------------------------------------------------------
 
-_NB = {"float16": "float16", "float32": "float32", "float64": "float64", "int8": "int8",
-       "uint8": "uint8", "int32": "int32", "uint32": "uint32", "int64": "int64",
-       "bool": "boolean"}
-
-HELPERS = """
-@cuda.jit(device=True, inline=True)
-def _fmax(a, b):
-    if a != a:
-        return a
-    if b != b:
-        return b
-    return a if a >= b else b
-
-
-@cuda.jit(device=True, inline=True)
-def _fmin(a, b):
-    if a != a:
-        return a
-    if b != b:
-        return b
-    return a if a <= b else b
-
-
-@cuda.jit(device=True, inline=True)
-def _sign(a):
-    if a != a:
-        return a
-    return (a > 0) - (a < 0)
-
-
-@cuda.jit(device=True, inline=True)
-def _rint(x):
-    r = math.floor(x + 0.5)
-    if r - x == 0.5 and math.fmod(r, 2.0) != 0.0:
-        r -= 1.0
-    return r
-
-
-@cuda.jit(device=True, inline=True)
-def _logistic(x):
-    if x >= 0:
-        return 1.0 / (1.0 + math.exp(-x))
-    z = math.exp(x)
-    return z / (1.0 + z)
-
-
-@cuda.jit(device=True, inline=True)
-def _idiv(a, b):
-    if b == 0:
-        return 0
-    q = abs(a) // abs(b)
-    return q if (a < 0) == (b < 0) else -q
-
-
-@cuda.jit(device=True, inline=True)
-def _irem(a, b):
-    if b == 0:
-        return 0
-    r = abs(a) % abs(b)
-    return r if a >= 0 else -r
-"""
-
-
-def _scalar_expr(e, args, dt):
-    """Source of one elementwise primitive applied to argument expressions."""
-    name = e.prim.name
-    a = args
-    f = dt.kind == "f"
-    simple = {
-        "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})",
-        "neg": "(-{0})", "exp": "math.exp({0})", "log": "math.log({0})",
-        "log1p": "math.log1p({0})", "expm1": "math.expm1({0})", "tanh": "math.tanh({0})",
-        "sin": "math.sin({0})", "cos": "math.cos({0})", "sqrt": "math.sqrt({0})",
-        "rsqrt": "(1.0 / math.sqrt({0}))", "erf": "math.erf({0})",
-        "logistic": "_logistic({0})", "abs": "abs({0})", "sign": "_sign({0})",
-        "floor": "math.floor({0})", "round": "_rint({0})", "isfinite": "math.isfinite({0})",
-        "stop_gradient": "{0}", "eq": "({0} == {1})", "ne": "({0} != {1})",
-        "lt": "({0} < {1})", "le": "({0} <= {1})", "gt": "({0} > {1})", "ge": "({0} >= {1})",
-        "and": "({0} & {1})", "or": "({0} | {1})", "xor": "({0} ^ {1})",
-        "select": "({1} if {0} else {2})", "pow": "({0} ** {1})",
-    }
-    if name in simple:
-        return simple[name].format(*a)
-    if name == "div":
-        return f"({a[0]} / {a[1]})" if f else f"_idiv({a[0]}, {a[1]})"
-    if name == "rem":
-        return f"math.fmod({a[0]}, {a[1]})" if f else f"_irem({a[0]}, {a[1]})"
-    if name in ("max", "min"):
-        if f:
-            return f"_f{name}({a[0]}, {a[1]})"
-        return f"{name}({a[0]}, {a[1]})"
-    if name == "not":
-        return f"(not {a[0]})" if dt == np.bool_ else f"(~{a[0]})"
-    if name == "integer_pow":
-        y = e.params["y"]
-        if y == 0:
-            return "1"
-        base = " * ".join([a[0]] * abs(y)) if abs(y) <= 4 else f"({a[0]} ** {abs(y)})"
-        return f"({base})" if y > 0 else f"(1.0 / ({base}))"
-    if name == "convert_element_type":
-        nd = e.params["new_dtype"]
-        src = e.inputs[0].aval.dtype
-        if nd == np.bool_:
-            return f"({a[0]} != 0)"
-        if src.kind == "f" and nd.kind in "iu":
-            return f"{_NB[nd.name]}(math.trunc({a[0]}))"
-        return f"{_NB[nd.name]}({a[0]})"
-    if name == "shift_left":
-        bits = dt.itemsize * 8
-        t = _NB[dt.name]
-        return f"({t}({a[0]} << {a[1]}) if 0 <= {a[1]} < {bits} else {t}(0))"
-    if name == "shift_right_logical":
-        bits = dt.itemsize * 8
-        u = f"uint{bits}"
-        return (f"({_NB[dt.name]}({u}({a[0]}) >> {u}({a[1]})) if 0 <= {a[1]} < {bits} "
-                f"else {_NB[dt.name]}(0))")
-    raise NotImplementedError(f"no fused CUDA scalar op for {name}")
-
-
 def _lit(val, dtype):
+    """A literal operand in the compute type of `dtype`."""
     v = np.asarray(val).astype(dtype).item()
     if dtype == np.bool_:
         return "True" if v else "False"
+    ct = compute_t(dtype)
     if dtype.kind == "f":
         if v != v:
-            return f"{_NB[dtype.name]}(math.nan)"
+            return f"{ct}(math.nan)"
         if v in (float("inf"), float("-inf")):
-            return f"{_NB[dtype.name]}({'-' if v < 0 else ''}math.inf)"
-        return f"{_NB[dtype.name]}({v!r})"
-    return f"{_NB[dtype.name]}({v})"
+            return f"{ct}({'-' if v < 0 else ''}math.inf)"
+        return f"{ct}({v!r})"
+    return f"{ct}({v})"
 
 
 class FusedKernel:
@@ -262,23 +146,25 @@ class FusedKernel:
             e.prim is P.iota_p for e in c.eqns)
         names = {}
         body = []
+        helpers = set()
 
         def read(v, dims_map):
             p = pname[v]
             mode = self.layout[v]
             if mode == "flat":
-                return f"{p}[{p}_o + i]"
-            if mode == "scalar":
-                return f"{p}[{p}_o]"
-            terms = [f"c{d} * {p}_s{j}" for j, d in enumerate(dims_map)
-                     if v.aval.shape[j] != 1]
-            return f"{p}[{' + '.join([p + '_o'] + terms)}]"
+                at = f"{p}_o + i"
+            elif mode == "scalar":
+                at = f"{p}_o"
+            else:
+                at = " + ".join([p + "_o"] + [f"c{d} * {p}_s{j}" for j, d in enumerate(dims_map)
+                                              if v.aval.shape[j] != 1])
+            return f"{compute_t(v.aval.dtype)}({p}[{at}])"
 
         for k, e in enumerate(c.eqns):
             dt = e.out.aval.dtype
             out = f"t{k}"
             if e.prim is P.iota_p:
-                body.append(f"{out} = {_NB[dt.name]}(c{e.params['dimension']})")
+                body.append(f"{out} = {compute_t(dt)}(c{e.params['dimension']})")
             elif _is_view_bcast(e, c.members):
                 x = e.inputs[0]
                 if not isinstance(x, Var):
@@ -294,10 +180,15 @@ class FusedKernel:
                         args.append(names[x])
                     else:
                         args.append(read(x, tuple(range(rank))))
-                body.append(f"{out} = {_scalar_expr(e, args, dt)}")
+                src_dt = e.inputs[0].aval.dtype if e.inputs else dt
+                expr, used = scalar(e.prim.name, args, src_dt, dt, e.params)
+                helpers |= used
+                # each value is cast to its compute type (its dtype; float16 computes in float32), so
+                # integers wrap at every step as in numpy, not only when stored
+                body.append(f"{out} = {compute_t(dt)}({expr})")
             names[e.out] = out
         for j, o in enumerate(c.outputs):
-            body.append(f"out{j}[out{j}_o + i] = {names[o]}")
+            body.append(f"out{j}[out{j}_o + i] = {nbt(o.aval.dtype)}({names[o]})")
         sig = ["n"] + [f"s{d}" for d in range(rank)]
         for v in self.inputs:
             p = pname[v]
@@ -314,7 +205,7 @@ class FusedKernel:
                 lines += [f"        c{d} = r % s{d}", f"        r = r // s{d}"]
         lines += [f"        {b}" for b in body]
         lines.append("        i += step")
-        return HELPERS + "\n\n" + "\n".join(lines) + "\n"
+        return helper_source(helpers, "{opts}") + "\n\n" + "\n".join(lines) + "\n"
 
     def args(self, bufs: list, outs: list) -> list:
         """Kernel arguments for operand buffers (aligned with self.inputs) and outputs."""
