@@ -9,6 +9,8 @@ contiguous for every operand are merged first, so kernels are compiled per
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from . import runtime
@@ -122,7 +124,9 @@ def _ipow(a, t):
                 f"(1 if ({x} == 1 or {x} == -1) else ({lo} if {x} == 0 else 0))")
     if y == 0:
         return "1"
-    return "(" + " * ".join([x] * y) + ")" if y <= 8 else f"ipow({x}, {y})"
+    if _signed64(t):
+        return f"int64({_ipow(['uint64(' + x + ')'], T(np.uint64, np.uint64, t.params))})"
+    return "(" + " * ".join([x] * y) + ")" if y <= 8 else f"ipow_{t.ct}({x}, {y})"
 
 
 def _maxmin(op):
@@ -137,7 +141,9 @@ def _maxmin(op):
 def _shift(left):
     def f(a, t):
         x, y = a
-        if left:
+        if left and _signed64(t):
+            body = f"int64(uint64({x}) << uint64({y}))"
+        elif left:
             body = f"({x} << {y})"
         elif t.kind == "u":
             body = f"({x} >> {y})"
@@ -156,13 +162,28 @@ def _convert(a, t):
     return a[0]
 
 
+def _signed64(t) -> bool:
+    return t.kind == "i" and t.bits == 64
+
+
+def _wrapping(fmt):
+    """An integer op that wraps: LLVM treats signed overflow as undefined (it proved a*a >= 0
+    and mis-adjusted the division of a wrapped square on the H200), so int64 goes via uint64."""
+    def f(a, t):
+        if _signed64(t):
+            return "int64(" + fmt.format(*(f"uint64({x})" for x in a)) + ")"
+        return fmt.format(*a)
+    return f
+
+
 def _u(fmt):
     return lambda a, t: fmt.format(*a, ct=t.ct)
 
 
 # name -> (number of inputs, template(args, T) -> expression, helpers used)
 OPS: dict = {
-    "neg": (1, _u("(-{0})"), ()),
+    "neg": (1, lambda a, t: f"int64(uint64(0) - uint64({a[0]}))" if _signed64(t)
+            else f"(-{a[0]})", ()),
     "exp": (1, _u("math.exp({0})"), ()),
     "log": (1, _u("math.log({0})"), ()),
     "log1p": (1, _u("math.log1p({0})"), ()),
@@ -184,9 +205,9 @@ OPS: dict = {
     "copy": (1, _u("{0}"), ()),
     "convert_element_type": (1, _convert, ()),
     "integer_pow": (1, _ipow, ()),
-    "add": (2, _u("({0} + {1})"), ()),
-    "sub": (2, _u("({0} - {1})"), ()),
-    "mul": (2, _u("({0} * {1})"), ()),
+    "add": (2, _wrapping("({0} + {1})"), ()),
+    "sub": (2, _wrapping("({0} - {1})"), ()),
+    "mul": (2, _wrapping("({0} * {1})"), ()),
     "div": (2, lambda a, t: f"({a[0]} / {a[1]})" if t.f else f"idiv_{t.ct}({a[0]}, {a[1]})",
             ("idiv",)),
     "rem": (2, lambda a, t: (f"math.fmod({a[0]}, {a[1]})" if t.f
@@ -211,8 +232,8 @@ OPS: dict = {
 
 HELPERS["ipow"] = """
 @cuda.jit(device=True, {opts})
-def ipow(x, n):
-    r = x - x + 1
+def ipow_{ct}(x, n):
+    r = {ct}(1)
     while n > 0:
         if n & 1:
             r = r * x
@@ -259,8 +280,7 @@ def scalar(name, args, dtype, out_dtype, params) -> tuple[str, set]:
     t = T(dtype, out_dtype, params)
     expr = tmpl(args, t)
     used = {(h, t.ct) for h in helpers}
-    if "ipow(" in expr:
-        used.add(("ipow", ""))
+    used |= {("ipow", ct) for ct in re.findall(r"ipow_(\w+)\(", expr)}
     return expr, used
 
 
