@@ -125,7 +125,8 @@ def _make_call_prim(name):
 
 custom_vjp_call_p = _make_call_prim("custom_vjp_call")
 custom_vjp_call_p.jvp = _body_jvp
-custom_vjp_call_p.vjp = None  # reverse mode handles the whole group in ad.py (needs fwd's residuals)
+# reverse mode handles the whole group in ad.py (it needs fwd's residuals)
+custom_vjp_call_p.vjp = None
 custom_jvp_call_p = _make_call_prim("custom_jvp_call")
 
 

@@ -254,7 +254,7 @@ def _div_impl(x, y):
     return np.divide(x, y)
 
 
-def _div_vjp(ct, x, y, *, out):                                               # d(x/y) = dx/y - x dy/y^2
+def _div_vjp(ct, x, y, *, out):     # d(x/y) = dx/y - x dy/y^2
     if is_int(x.dtype):
         return (None, None)
     return div(ct, y), neg(div(mul(ct, out), y))
@@ -424,7 +424,7 @@ def _bid_vjp(ct, x, *, out, shape, broadcast_dimensions):
 
 
 def _bid_batch(args, dims, *, shape, broadcast_dimensions):
-    (x,), (d,) = args, dims
+    (x,) = args
     return broadcast_in_dim(x, (x.shape[0],) + tuple(shape),
                             (0,) + tuple(b + 1 for b in broadcast_dimensions)), 0
 
@@ -617,7 +617,8 @@ def _slice_vjp(ct, x, *, out, start_indices, limit_indices, strides):
 def _slice_batch(args, dims, *, start_indices, limit_indices, strides):
     x = args[0]
     return bind(slice_p, x, start_indices=(0,) + tuple(start_indices),
-                limit_indices=(x.shape[0],) + tuple(limit_indices), strides=(1,) + tuple(strides)), 0
+                limit_indices=(x.shape[0],) + tuple(limit_indices),
+                strides=(1,) + tuple(strides)), 0
 
 
 slice_p = defprim("slice", _slice_shape, _slice_impl, _slice_vjp, batch=_slice_batch)

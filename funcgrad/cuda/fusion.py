@@ -183,8 +183,8 @@ class FusedKernel:
                 src_dt = e.inputs[0].aval.dtype if e.inputs else dt
                 expr, used = scalar(e.prim.name, args, src_dt, dt, e.params)
                 helpers |= used
-                # each value is cast to its compute type (its dtype; float16 computes in float32), so
-                # integers wrap at every step as in numpy, not only when stored
+                # each value is cast to its compute type (its dtype; float16 computes in
+                # float32), so integers wrap at every step as in numpy, not only when stored
                 body.append(f"{out} = {compute_t(dt)}({expr})")
             names[e.out] = out
         for j, o in enumerate(c.outputs):

@@ -110,8 +110,8 @@ def take(x: DeviceBuffer, idx: DeviceBuffer, axis: int, out_aval) -> DeviceBuffe
         k = runtime.kernel(("gather", x.dtype.name, idx.dtype.name),
                            lambda: _gather_source(x.dtype))
         blocks, threads = runtime.grid_1d(n)
-        k[blocks, threads, runtime.stream()](n, x.arr(), x.offset, idx.arr(), idx.offset, out.arr(), idx.size,
-                           N, post)
+        k[blocks, threads, runtime.stream()](n, x.arr(), x.offset, idx.arr(), idx.offset,
+                                             out.arr(), idx.size, N, post)
     _raise_if_bad("take", err, idx, N)
     return out
 
@@ -224,12 +224,13 @@ def scatter(x: DeviceBuffer, idx: DeviceBuffer, upd: DeviceBuffer, axis: int, ad
         perm = pool().empty((NI,), np.int64)
         T = runtime.reduce_threads()
         k = runtime.kernel(("csr", idx.dtype.name, T), lambda: _csr_source(T))
-        k[1, T, runtime.stream()](idx.arr(), idx.offset, NI, N, counts.arr(), offs.arr(), perm.arr())
+        k[1, T, runtime.stream()](idx.arr(), idx.offset, NI, N, counts.arr(), offs.arr(),
+                                  perm.arr())
         out = pool().empty(x.shape, x.dtype)
         k = runtime.kernel(("scatter", x.dtype.name, add), lambda: _scatter_source(x.dtype, add))
         blocks, threads = runtime.grid_1d(out.size)
-        k[blocks, threads, runtime.stream()](out.size, x.arr(), x.offset, upd.arr(), upd.offset, perm.arr(),
-                           offs.arr(), out.arr(), NI, N, post)
+        k[blocks, threads, runtime.stream()](out.size, x.arr(), x.offset, upd.arr(), upd.offset,
+                                             perm.arr(), offs.arr(), out.arr(), NI, N, post)
     else:
         out = x
     _raise_if_bad(name, err, idx, N)

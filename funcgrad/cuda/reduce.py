@@ -192,7 +192,8 @@ def _launch(kind, x, K, R, sk, sr, out: DeviceBuffer, G=None):
         key = ("red_col", kind, in_name, acc.name, out_name)
         k = runtime.kernel(key, lambda: _col_source(kind, x.dtype, acc, out.dtype))
         blocks, threads = runtime.grid_1d(K * G)
-        k[blocks, threads, runtime.stream()](K * G, K, G, R, CH, x.arr(), x.offset, sk, sr, out.arr(), out.offset)
+        k[blocks, threads, runtime.stream()](K * G, K, G, R, CH, x.arr(), x.offset, sk, sr,
+                                             out.arr(), out.offset)
     else:
         threads = runtime.reduce_threads()
         shfl = not runtime.SIM
@@ -200,7 +201,8 @@ def _launch(kind, x, K, R, sk, sr, out: DeviceBuffer, G=None):
         k = runtime.kernel(key, lambda: _row_source(kind, x.dtype, acc, out.dtype, threads,
                                                     shfl))
         blocks = max(1, min(K * G, 2 if runtime.SIM else 65535))
-        k[blocks, threads, runtime.stream()](K * G, G, R, CH, x.arr(), x.offset, sk, sr, out.arr(), out.offset)
+        k[blocks, threads, runtime.stream()](K * G, G, R, CH, x.arr(), x.offset, sk, sr,
+                                             out.arr(), out.offset)
     return out
 
 
