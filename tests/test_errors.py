@@ -283,6 +283,9 @@ def test_out_of_range_traced_indices_raise_at_run_time():
     with pytest.raises(IndexError) as e:
         f(x, i)
     assert_names_line(e, "traced_index")
+    with pytest.raises(IndexError) as e:   # a jitted plan names the same line
+        funcgrad.jit(lambda x, i: f(x, i) * 2.0)(x, i)
+    assert_names_line(e, "traced_index")
 
 
 # ---------------------------------------------------------------------------------------------

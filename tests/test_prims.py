@@ -270,3 +270,31 @@ def test_helpers_full_like_and_add_any():
     x = fnp.ones((2, 2))
     assert np.asarray(prims.full_like(x, 3)).tolist() == [[3, 3], [3, 3]]
     assert prims.add_any(None, x) is x and prims.add_any(x, None) is x
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64", "uint32"])
+def test_large_select_blends_bits_exactly_like_where(dtype):
+    # above 8192 elements select blends bit patterns (np.where is branch-bound on random masks)
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((130, 70)) * 1e3).astype(dtype)
+    if x.dtype.kind == "f":
+        x[0, :4] = [np.nan, np.inf, -np.inf, -0.0]
+    p = rng.random((130, 70)) > 0.5
+    cases = [(p, x, x[::-1]), (p, x, np.zeros((), dtype)), (p[:, :1], x, x.T[:1].T),
+             (p, x[:, ::2].repeat(2, 1), x)]
+    for q, a, b in cases:
+        got = prims.select_p.impl(q, a, b)
+        want = np.where(q, a, b)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+@pytest.mark.parametrize("dims", [(((1,), (0,)), ((), ())), (((0,), (0,)), ((), ())),
+                                  (((1,), (1,)), ((), ())), (((0,), (1,)), ((), ()))])
+def test_matrix_dot_fast_path_matches_einsum(dims):
+    rng = np.random.default_rng(0)
+    (lc,), (rc,) = dims[0]
+    x = rng.standard_normal((3, 4) if lc == 1 else (4, 3))
+    y = rng.standard_normal((4, 5) if rc == 0 else (5, 4))
+    want = np.einsum("mk,kn->mn", x if lc == 1 else x.T, y if rc == 0 else y.T)
+    np.testing.assert_allclose(prims.dot_general_p.impl(x, y, dimension_numbers=dims), want)

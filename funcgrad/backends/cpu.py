@@ -1,6 +1,8 @@
 """The CPU backend: runs each primitive's numpy impl (the reference semantics)."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..core import FuncgradError, user_frame_src
@@ -44,80 +46,109 @@ class CpuBackend:
 
 
 class CpuPlan:
-    """A jitted expression as a flat list of numpy calls over numbered slots.
+    """A jitted expression as one generated Python function of straight-line numpy calls.
 
-    Each intermediate slot is released after its last use, so peak memory follows the plan.
+    Every value lives in a local variable that is dropped after its last use, so peak memory
+    follows the plan. Broadcasts read only by elementwise equations are left to numpy's own
+    broadcasting (a reshape, or nothing at all for a scalar).
     """
 
     def __init__(self, expr, consts):
         from ..core import Lit
-        slot = {}
-        self.init = []  # (slot, value) for constants and literals
-        n = 0
+        name = {}
+        env = {"np": np}
+        n = [0]
+
+        def fresh():
+            n[0] += 1
+            return f"v{n[0]}"
+
+        lines, self.line_eqn = [], {}
         for v, c in zip(expr.in_binders[:expr.n_consts], consts):
-            slot[v] = n
-            self.init.append((n, np.asarray(c)))
-            n += 1
-        self.arg_slots = []
+            name[v] = fresh()
+            env[name[v]] = np.asarray(c)
+        args = []
         for v in expr.in_binders[expr.n_consts:]:
-            slot[v] = n
-            self.arg_slots.append(n)
-            n += 1
-        last = {}
-        for i, e in enumerate(expr.eqns):
-            for x in e.inputs:
-                if not isinstance(x, Lit):
-                    last[x] = i
+            name[v] = fresh()
+            args.append(name[v])
         keep = {o for o in expr.outs if not isinstance(o, Lit)}
         lazy = _lazy_broadcasts(expr, keep)
-        self.steps = []
-        for i, e in enumerate(expr.eqns):
-            ins = []
-            for x in e.inputs:
-                if isinstance(x, Lit):
-                    self.init.append((n, x.val))
-                    ins.append(n)
-                    n += 1
-                else:
-                    ins.append(slot[x])
-            slot[e.out] = n
-            n += 1
-            free = tuple(slot[x] for x in set(e.inputs) if not isinstance(x, Lit)
-                         and last.get(x) == i and x not in keep
-                         and x not in expr.in_binders)
+
+        def ref(x):
+            if isinstance(x, Lit):
+                k = fresh()
+                env[k] = x.val
+                return k
+            return name[x]
+
+        steps = []   # (local name, function, argument names, equation)
+        for e in expr.eqns:
+            ins = [ref(x) for x in e.inputs]
+            if e.out in lazy and e.inputs[0].aval.ndim == 0:
+                name[e.out] = ins[0]   # a scalar broadcasts by itself
+                continue
             fn, params = e.prim.impl, e.params
-            if e.out in lazy:  # leave the broadcast to numpy inside the elementwise consumers
+            if e.out in lazy:  # a reshape; numpy broadcasts inside the consumers
                 fn, params = _expand_only(e.inputs[0].aval.shape, **e.params), {}
-            elif any(x in lazy for x in e.inputs):
-                fn = _full_shape(fn, e.out.aval.shape)
-            self.steps.append((fn, tuple(ins), params, slot[e.out], free, e))
-        self.out_slots = [slot[o] for o in expr.outs]
+            elif any(x in lazy for x in e.inputs) and not any(
+                    x not in lazy and x.aval.shape == e.out.aval.shape for x in e.inputs):
+                fn = _full_shape(fn, e.out.aval.shape)   # every operand was broadcast
+            name[e.out] = fresh()
+            env["f" + name[e.out]] = functools.partial(fn, **params) if params else fn
+            steps.append((name[e.out], ins, e))
+        outs = [ref(o) for o in expr.outs]
+        # locals (step results) are dropped after their last read; arguments and constants
+        # stay referenced by the caller and the plan anyway
+        local = {out for out, _, _ in steps}
+        last = {}
+        for i, (_, ins, _) in enumerate(steps):
+            for x in ins:
+                last[x] = i
+        for o in outs:
+            last[o] = len(steps)
+        head = 2   # the function's source starts with "def" and the argument unpacking
+        for i, (out, ins, e) in enumerate(steps):
+            self.line_eqn[head + len(lines) + 1] = e
+            lines.append(f"{out} = f{out}({', '.join(ins)})")
+            dead = sorted({x for x in ins if x in local and last[x] == i})
+            if dead:
+                lines.append(f"{', '.join(dead)} = {', '.join(['None'] * len(dead))}")
+        src = (f"def plan(args):\n    {''.join(a + ', ' for a in args)}= args\n"
+               + "".join(f"    {ln}\n" for ln in lines)
+               + f"    return ({''.join(o + ', ' for o in outs)})\n")
+        if not args:
+            src = src.replace("    = args\n", "    pass\n")
+        self.source = src
+        exec(compile(src, _FILENAME, "exec"), env)
+        self._fn = env["plan"]
         self.out_avals = [o.aval for o in expr.outs]
-        self.n = n
 
     def __call__(self, args):
         from ..core import Array
-        vals = [None] * self.n
-        for s, v in self.init:
-            vals[s] = v
-        for s, a in zip(self.arg_slots, args):
-            vals[s] = a.buf
-        with np.errstate(all="ignore"):
-            for fn, ins, params, out, free, e in self.steps:
-                try:
-                    vals[out] = fn(*[vals[i] for i in ins], **params)
-                except (IndexOutOfRange, ValueError) as err:
-                    kind = IndexError if isinstance(err, IndexOutOfRange) else FuncgradError
-                    raise kind(f"{err}\n  at {e.src}") from None
-                for f in free:
-                    vals[f] = None
+        try:
+            with np.errstate(all="ignore"):
+                outs = self._fn([a.buf for a in args])
+        except (IndexOutOfRange, ValueError) as err:
+            tb, line = err.__traceback__, None
+            while tb is not None:
+                if tb.tb_frame.f_code.co_filename == _FILENAME:
+                    line = tb.tb_lineno
+                tb = tb.tb_next
+            e = self.line_eqn.get(line)
+            if e is None:
+                raise
+            kind = IndexError if isinstance(err, IndexOutOfRange) else FuncgradError
+            raise kind(f"{err}\n  at {e.src}") from None
         res = []
-        for s, aval in zip(self.out_slots, self.out_avals):
-            out = np.asarray(vals[s])
+        for out, aval in zip(outs, self.out_avals):
+            out = np.asarray(out)
             if out.dtype != aval.dtype:
                 out = out.astype(aval.dtype)
             res.append(Array(out, aval, "cpu"))
         return res
+
+
+_FILENAME = "<funcgrad cpu plan>"
 
 
 def _lazy_broadcasts(expr, keep):
