@@ -374,3 +374,27 @@ def test_jit_of_vmap_and_vmap_of_jit(rng):
     want = np.stack([np.tanh(x @ w) for x in xs])
     np.testing.assert_allclose(jit(vmap(f, in_axes=(None, 0)))(w, xs), want, rtol=1e-12)
     np.testing.assert_allclose(vmap(jit(f), in_axes=(None, 0))(w, xs), want, rtol=1e-12)
+
+
+def test_cpu_plan_transposed_dots_and_scalar_broadcasts(rng):
+    # the CPU plan computes (x . y)^T as y . x and lets numpy broadcast scalars itself
+    from funcgrad.backends.cpu import CpuPlan
+    a = rng.standard_normal((3, 4))
+    b = rng.standard_normal((4, 5))
+    c = rng.standard_normal((2, 3, 4))
+    v = rng.standard_normal(4)
+
+    def f(a, b, c, v):
+        return ((a @ b).T * 2.0 + 1.0, fnp.einsum("ijk,k->ij", c, v).T,
+                fnp.einsum("ij,ik->jk", a, a).T - fnp.full((4, 4), 0.5))
+    args = funcgrad.device_put((a, b, c, v), "cpu")
+    got = jit(f)(*args)
+    want = ((a @ b).T * 2.0 + 1.0, np.einsum("ijk,k->ij", c, v).T,
+            np.einsum("ij,ik->jk", a, a).T - 0.5)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), w, rtol=1e-12)
+    plan = jit(f).lower(*args).compile()
+    assert isinstance(plan, CpuPlan)
+    steps = [e.prim.name for e in plan.line_eqn.values()]
+    assert steps.count("dot_general") == 1   # only the 3-D product keeps its own step
+    assert "broadcast_in_dim" not in steps     # scalars broadcast inside the consumers

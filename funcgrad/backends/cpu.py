@@ -81,8 +81,20 @@ class CpuPlan:
                 return k
             return name[x]
 
+        swapped = _transposed_dots(expr, keep)
         steps = []   # (local name, function, argument names, equation)
         for e in expr.eqns:
+            if e.out in swapped:   # computed, already transposed, by its transpose's step
+                continue
+            if e in swapped.values():
+                d = _producer(expr, e.inputs[0])
+                (lc, rc), _ = d.params["dimension_numbers"]
+                # (x . y)^T = y . x with the contracting dims swapped: a contiguous result
+                name[e.out] = fresh()
+                env["f" + name[e.out]] = functools.partial(
+                    d.prim.impl, dimension_numbers=((rc, lc), ((), ())))
+                steps.append((name[e.out], [ref(d.inputs[1]), ref(d.inputs[0])], e))
+                continue
             ins = [ref(x) for x in e.inputs]
             if e.out in lazy and e.inputs[0].aval.ndim == 0:
                 name[e.out] = ins[0]   # a scalar broadcasts by itself
@@ -149,6 +161,29 @@ class CpuPlan:
 
 
 _FILENAME = "<funcgrad cpu plan>"
+
+
+def _producer(expr, v):
+    return next(e for e in expr.eqns if e.out is v)
+
+
+def _transposed_dots(expr, keep):
+    """{dot output: its only reader}, for 2-D matrix products read only by a transpose (the
+    backward pass's weight gradients); numpy would otherwise add the strided view slowly."""
+    from ..prims import dot_general_p, transpose_p
+    users = {}
+    for e in expr.eqns:
+        for x in e.inputs:
+            users.setdefault(x, []).append(e)
+    out = {}
+    for e in expr.eqns:
+        if e.prim is dot_general_p and e.out not in keep and e.out.aval.ndim == 2:
+            (lc, rc), (lb, _) = e.params["dimension_numbers"]
+            u = users.get(e.out, [])
+            if (not lb and len(lc) == 1 and len(u) == 1 and u[0].prim is transpose_p
+                    and all(x.aval.ndim == 2 for x in e.inputs)):
+                out[e.out] = u[0]
+    return out
 
 
 def _lazy_broadcasts(expr, keep):
