@@ -34,21 +34,25 @@ def is_int(dtype) -> bool:
 
 class ShapedArray:
     """The abstract value of an array: its shape and dtype."""
-    __slots__ = ("dtype", "shape")
+    __slots__ = ("_hash", "dtype", "shape")
 
     def __init__(self, shape, dtype):
         self.shape = tuple(int(d) for d in shape)
         self.dtype = np.dtype(dtype)
+        self._hash = None
 
     ndim = property(lambda self: len(self.shape))
     size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
 
     def __eq__(self, other):
-        return (isinstance(other, ShapedArray) and self.shape == other.shape
-                and self.dtype == other.dtype)
+        return self is other or (isinstance(other, ShapedArray) and self.shape == other.shape
+                                 and self.dtype == other.dtype)
 
-    def __hash__(self):
-        return hash((self.shape, self.dtype))
+    def __hash__(self):   # cached: jit hashes every argument's aval on every call
+        h = self._hash
+        if h is None:
+            h = self._hash = hash((self.shape, self.dtype))
+        return h
 
     def str_short(self) -> str:
         return f"{_SHORT.get(self.dtype.name, self.dtype.name)}[{','.join(map(str, self.shape))}]"

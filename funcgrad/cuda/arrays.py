@@ -142,11 +142,12 @@ def device_pointer(dev_array) -> int:
 
 class DeviceBuffer:
     """An immutable strided view of device memory (strides/offset in elements)."""
-    __slots__ = ("__weakref__", "block", "dtype", "offset", "shape", "strides")
+    __slots__ = ("__weakref__", "_contiguous", "block", "dtype", "offset", "shape", "strides")
 
     def __init__(self, block, shape, strides, offset, dtype):
         self.block, self.shape, self.strides = block, tuple(shape), tuple(strides)
         self.offset, self.dtype = int(offset), np.dtype(dtype)
+        self._contiguous = None
 
     @property
     def size(self) -> int:
@@ -157,12 +158,16 @@ class DeviceBuffer:
         return len(self.shape)
 
     def is_contiguous(self) -> bool:
-        acc = 1
-        for n, s in zip(reversed(self.shape), reversed(self.strides)):
-            if n != 1 and s != acc:
-                return False
-            acc *= n
-        return True
+        c = self._contiguous
+        if c is None:
+            c, acc = True, 1
+            for n, s in zip(reversed(self.shape), reversed(self.strides)):
+                if n != 1 and s != acc:
+                    c = False
+                    break
+                acc *= n
+            self._contiguous = c
+        return c
 
     def arr(self):
         """The flat typed device array the offsets index into."""

@@ -155,6 +155,7 @@ class Plan:
         self.in_addr = [(ptr(b), b.size * b.dtype.itemsize, b.shape) for b in self.in_bufs]
         self.out_addr = [(ptr(b), b.size * b.dtype.itemsize, b.is_contiguous())
                          for b in self.out_bufs]
+        self.stream_int = int(self.handle)
         self._graph_obj = graph
         self.graph = _ok(cb.cuGraphInstantiate(graph, 0))
 
@@ -190,20 +191,20 @@ class Plan:
         try:
             _ok(cb.cuEventRecord(self.ev_in, legacy))   # after the eager work queued so far
             _ok(cb.cuStreamWaitEvent(self.handle, self.ev_in, 0))
-            copy, ptr, h = cb.cuMemcpyDtoDAsync, self.backend.pointer, self.handle
+            copy, ptr, h = runtime.memcpy_dtod_async(), self.backend.pointer, self.stream_int
             for dst, (addr, n, shape), a in zip(self.in_bufs, self.in_addr, args):
                 src = a.buf
                 if n and src.shape == shape and src.is_contiguous():
-                    _ok((copy(addr, ptr(src), n, h)[0],))
+                    _copy_ok(copy(addr, ptr(src), n, h), n)
                 elif n:
                     self._copy(dst, src)
-            _ok(cb.cuGraphLaunch(self.graph, h))
+            _ok(cb.cuGraphLaunch(self.graph, self.handle))
             outs = []
             pool = arrays.pool()
             for b, (addr, n, contig), o in zip(self.out_bufs, self.out_addr, self.expr.outs):
                 dst = pool.empty(o.aval.shape, o.aval.dtype)
                 if n and contig:
-                    _ok((copy(ptr(dst), addr, n, h)[0],))
+                    _copy_ok(copy(ptr(dst), addr, n, h), n)
                 elif n:
                     self._copy(dst, b)
                 outs.append(dst)
@@ -253,6 +254,12 @@ def _reads(kind, s):
     if kind == "eqn":
         return [x for x in s.inputs if not isinstance(x, Lit)]
     return fusion.external_inputs(s)
+
+
+def _copy_ok(err: int, nbytes: int):
+    if err:
+        raise RuntimeError(f"cuMemcpyDtoDAsync of {nbytes} bytes in a graph replay failed "
+                           f"(CUresult {err})")
 
 
 def _ok(res):

@@ -43,6 +43,32 @@ def load():
     return _cuda
 
 
+_memcpy_dtod = None
+
+
+def memcpy_dtod_async():
+    """copy(dst_address, src_address, nbytes, stream_handle) -> CUresult as an int.
+
+    Straight through ctypes to libcuda when it can be loaded (a jit replay issues one per
+    argument and result, so per-call conversion costs add up), else through cuda.bindings.
+    """
+    global _memcpy_dtod
+    if _memcpy_dtod is None:
+        import ctypes
+        try:
+            f = ctypes.CDLL("libcuda.so.1").cuMemcpyDtoDAsync_v2
+        except (OSError, AttributeError):
+            from cuda.bindings import driver as cb
+
+            def f(dst, src, n, stream):
+                return int(cb.cuMemcpyDtoDAsync(dst, src, n, stream)[0])
+        else:
+            f.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p]
+            f.restype = ctypes.c_int
+        _memcpy_dtod = f
+    return _memcpy_dtod
+
+
 def sim_requested() -> bool:
     """True when NUMBA_ENABLE_CUDASIM=1 (numba reads it once, at import)."""
     if _cuda is not None:
