@@ -4,6 +4,7 @@ CUDA simulator (NUMBA_ENABLE_CUDASIM=1) on tiny shapes; FUNCGRAD_REQUIRE_GPU=1 t
 GPU into failures instead of skips."""
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import zlib
@@ -242,6 +243,7 @@ def test_memory_flat_over_training_loop():
         params = funcgrad.tree_util.tree_map(lambda p, d: p - 0.1 * d, params, g)
         del g
         if step >= 3:
+            gc.collect()   # buffers in cycles left by earlier tests must not move the figures
             stats.append(fcuda.memory_stats())
     assert len({s["in_use"] for s in stats}) == 1, [s["in_use"] for s in stats][:10]
     assert len({s["driver_allocs"] for s in stats}) == 1
@@ -250,13 +252,20 @@ def test_memory_flat_over_training_loop():
 
 def test_views_launch_nothing_and_allocate_nothing():
     x = cu(np.arange(24, dtype=np.float32).reshape(2, 3, 4))
-    before = fcuda.memory_stats()
-    v = [bind(prims.transpose_p, x, permutation=(2, 0, 1)),
-         bind(prims.broadcast_in_dim_p, x, shape=(5, 2, 3, 4), broadcast_dimensions=(1, 2, 3)),
-         bind(prims.slice_p, x, start_indices=(0, 1, 0), limit_indices=(2, 3, 4),
-              strides=(1, 1, 2)),
-         bind(prims.rev_p, x, dimensions=(0, 2)), bind(prims.reshape_p, x, new_sizes=(6, 4))]
-    assert fcuda.memory_stats()["in_use"] == before["in_use"]
+    gc.collect()
+    gc.disable()   # a collection in between could free an earlier test's buffers
+    try:
+        before = fcuda.memory_stats()
+        v = [bind(prims.transpose_p, x, permutation=(2, 0, 1)),
+             bind(prims.broadcast_in_dim_p, x, shape=(5, 2, 3, 4),
+                  broadcast_dimensions=(1, 2, 3)),
+             bind(prims.slice_p, x, start_indices=(0, 1, 0), limit_indices=(2, 3, 4),
+                  strides=(1, 1, 2)),
+             bind(prims.rev_p, x, dimensions=(0, 2)), bind(prims.reshape_p, x, new_sizes=(6, 4))]
+        after = fcuda.memory_stats()
+    finally:
+        gc.enable()
+    assert after["in_use"] == before["in_use"]
     for y in v:
         assert y.buf.block is x.buf.block
     np.testing.assert_array_equal(np.asarray(v[3]), np.arange(24).reshape(2, 3, 4)[::-1, :, ::-1])
