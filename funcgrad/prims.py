@@ -398,8 +398,10 @@ def _select_impl(p, x, y):
     u = np.dtype(f"u{x.dtype.itemsize}")
     m = np.asarray(p).astype(u)
     np.negative(m, out=m)
-    yi = y.view(u)
-    out = np.bitwise_xor(x.view(u), yi)
+    xi, yi = x.view(u), y.view(u)
+    if yi.ndim == 0 and yi == 0 and m.shape == shape:   # where(p, x, +0): relu and its vjp
+        return np.bitwise_and(m, xi, out=m).view(x.dtype)
+    out = np.bitwise_xor(xi, yi)
     out = np.bitwise_and(out, m, out=out) if out.shape == m.shape else np.bitwise_and(out, m)
     np.bitwise_xor(out, yi, out=out)
     return out.view(x.dtype)

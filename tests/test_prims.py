@@ -280,7 +280,8 @@ def test_large_select_blends_bits_exactly_like_where(dtype):
     if x.dtype.kind == "f":
         x[0, :4] = [np.nan, np.inf, -np.inf, -0.0]
     p = rng.random((130, 70)) > 0.5
-    cases = [(p, x, x[::-1]), (p, x, np.zeros((), dtype)), (p[:, :1], x, x.T[:1].T),
+    cases = [(p, x, x[::-1]), (p, x, np.zeros((), dtype)), (p, x, np.array(-0.0).astype(dtype)),
+             (p[:, :1], x, x.T[:1].T), (p[:1], x, np.zeros((), dtype)),
              (p, x[:, ::2].repeat(2, 1), x)]
     for q, a, b in cases:
         got = prims.select_p.impl(q, a, b)
