@@ -1,4 +1,4 @@
-"""funcgrad.lax: direct access to primitives (JAX's lax names)."""
+"""funcgrad.lax: direct access to primitives and structured control flow (JAX's lax names)."""
 from __future__ import annotations
 
 import numpy as np
