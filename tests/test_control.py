@@ -144,3 +144,30 @@ def test_errors_name_the_line():
     # a static trip count is fine under jit
     f = jit(lambda n, x: lax.fori_loop(0, n, lambda i, v: v + 1.0, x), static_argnums=0)
     assert float(f(3, 0.0)) == 3.0
+
+
+def test_k_training_steps_in_one_jitted_call_equal_k_calls(rng):
+    from funcgrad import nn, optim
+    params = {"w": rng.standard_normal((5, 3)).astype(np.float32) * 0.3,
+              "b": np.zeros(3, np.float32)}
+    x = rng.standard_normal((8, 5)).astype(np.float32)
+    y = rng.integers(0, 3, 8).astype(np.int32)
+    opt = optim.adam(1e-2)
+
+    def one(p, s):
+        def loss(p):
+            return fnp.mean(nn.softmax_cross_entropy_with_integer_labels(x @ p["w"] + p["b"], y))
+        val, g = funcgrad.value_and_grad(loss)(p)
+        u, s = opt.update(g, s, p)
+        return optim.apply_updates(p, u), s, val
+
+    step = jit(one)
+    p1, s1 = params, opt.init(params)
+    for _ in range(4):
+        p1, s1, v1 = step(p1, s1)
+    four = jit(lambda p, s: lax.fori_loop(0, 4, lambda i, c: one(c[0], c[1]),
+                                          (p, s, np.float32(0))))
+    p2, s2, v2 = four(params, opt.init(params))
+    for a, b in zip(funcgrad.tree_util.tree_leaves((p1, s1, v1)),
+                    funcgrad.tree_util.tree_leaves((p2, s2, v2))):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
