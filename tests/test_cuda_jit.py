@@ -130,3 +130,20 @@ def test_fused_float16_and_mixed_casts(rng):
     ref = f(*funcgrad.device_put((x, i), "cpu"))
     out = funcgrad.jit(f)(*funcgrad.device_put((x, i), "cuda"))
     _close(ref, out, 0)
+
+
+def test_k_steps_in_one_plan_match_cpu(rng):
+    # fori_loop unrolls at trace time: four Adam steps become one plan (one graph on a GPU)
+    params = _mlp(rng, [5, 7, 3])
+    x = rng.standard_normal((4, 5)).astype(np.float32)
+    y = rng.integers(0, 3, 4).astype(np.int32)
+    opt = optim.adam(1e-2)
+    one = _adam_step(opt)
+    four = funcgrad.jit(lambda p, s, x, y: funcgrad.lax.fori_loop(
+        0, 4, lambda i, c: one(c[0], c[1], x, y), (p, s, np.float32(0))))
+    args = (params, opt.init(params), x, y)
+    ref = four(*funcgrad.device_put(args, "cpu"))
+    dev = funcgrad.device_put(args, "cuda")
+    for _ in range(3):   # compile, capture, replay
+        out = four(*dev)
+        _close(ref, out)
