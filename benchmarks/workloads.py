@@ -7,7 +7,7 @@ import numpy as np
 
 import funcgrad
 import funcgrad.numpy as fnp
-from funcgrad import nn, optim
+from funcgrad import lax, nn, optim
 
 
 def median_seconds(fn, warm=3, reps=20) -> float:
@@ -35,21 +35,28 @@ def mlp_loss(params, x, y):
 class MlpAdam:
     """One jitted Adam(1e-3) step of an MLP on a fixed random batch, on the default device.
 
-    Calling the object runs one step and waits for its loss.
+    Calling the object runs one call and waits for its loss; with steps_per_call=k the call runs
+    k steps (a lax.fori_loop inside the jitted function).
     """
 
-    def __init__(self, sizes, batch, scale=0.02, seed=0):
+    def __init__(self, sizes, batch, scale=0.02, seed=0, steps_per_call=1):
         rng = np.random.default_rng(seed)
         params = funcgrad.device_put([
             {"w": (rng.standard_normal((a, b)) * scale).astype(np.float32),
              "b": np.zeros(b, np.float32)} for a, b in zip(sizes[:-1], sizes[1:])])
         opt = optim.adam(1e-3)
 
-        @funcgrad.jit
-        def step(p, s, x, y):
+        def one(p, s, x, y):
             val, g = funcgrad.value_and_grad(mlp_loss)(p, x, y)
             u, s = opt.update(g, s, p)
             return optim.apply_updates(p, u), s, val
+
+        @funcgrad.jit
+        def step(p, s, x, y):
+            if steps_per_call == 1:
+                return one(p, s, x, y)
+            return lax.fori_loop(0, steps_per_call, lambda i, c: one(c[0], c[1], x, y),
+                                 (p, s, np.float32(0)))
 
         self.step, self.params, self.state = step, params, opt.init(params)
         self.x = funcgrad.device_put(rng.standard_normal((batch, sizes[0])).astype(np.float32))
