@@ -1,4 +1,4 @@
-"""Structured control flow (lax.fori_loop, scan, map, cond), unrolled while tracing.
+"""Structured control flow (lax.fori_loop, scan, map, cond, switch), unrolled while tracing.
 
 funcgrad has no loop or branch primitives: `fori_loop` and `scan` call their body once per
 iteration while the program is traced, so the trip count must be known then (a Python int, a
@@ -6,7 +6,8 @@ static argument of jit, or a concrete array), and a jitted loop of n steps becom
 expression n bodies long. `grad`, `vmap` and `jit` see ordinary equations, so every
 transformation composes with them, and a loop inside jit still replays as one plan (one CUDA
 graph on the GPU): running k training steps per jitted call divides the per-call host cost by k.
-`cond` with a traced predicate evaluates both branches and selects, as `where` does.
+`cond` with a traced predicate evaluates both branches and selects, as `where` does; `switch`
+with a traced index evaluates every branch and gathers (an index out of range raises).
 """
 from __future__ import annotations
 
@@ -228,3 +229,47 @@ def cond(pred, true_fun: Callable, false_fun: Callable, *operands) -> Any:
                         f"  at {user_frame_src()}")
     p = pred if p_aval.dtype == np.bool_ else pred != 0
     return tree_map(lambda a, b: fnp.where(p, a, b), t, f)
+
+
+def switch(index, branches, *operands) -> Any:
+    """`branches[index](*operands)`, like `jax.lax.switch` but without clamping the index.
+
+    A concrete index runs one branch. A traced one runs every branch and picks the result
+    with an indexed gather, so all branches must return the same structure, shapes and dtypes,
+    and an index out of range raises IndexError (JAX clamps it into range instead).
+
+    Args:
+        index: an integer scalar.
+        branches: a sequence of functions of `operands`.
+        *operands: the branches' arguments.
+
+    Example:
+        >>> import funcgrad
+        >>> from funcgrad import lax
+        >>> fs = [lambda x: x + 1.0, lambda x: x * 10.0, lambda x: -x]
+        >>> f = funcgrad.jit(lambda i, x: lax.switch(i, fs, x))
+        >>> [float(f(i, 2.0)) for i in range(3)]
+        [3.0, 20.0, -2.0]
+    """
+    from . import numpy as fnp
+    branches = list(branches)
+    i_aval = _aval(index)
+    if i_aval.shape != () or i_aval.dtype.kind not in "iu":
+        raise TypeError(f"switch: index must be an integer scalar, got {i_aval.str_short()}\n"
+                        f"  at {user_frame_src()}")
+    if not branches:
+        raise ValueError(f"switch: needs at least one branch\n  at {user_frame_src()}")
+    if not isinstance(index, Tracer):
+        k = int(index)
+        if not 0 <= k < len(branches):
+            raise IndexError(f"switch: index {k} is out of range for {len(branches)} branches\n"
+                             f"  at {user_frame_src()}")
+        return branches[k](*operands)
+    outs = [b(*operands) for b in branches]
+    types = [_types(o) for o in outs]
+    if any(t != types[0] for t in types):
+        raise TypeError(f"switch: every branch must return the same structure, shapes and "
+                        f"dtypes, got {'; '.join(_show(t) for t in types)}\n"
+                        f"  at {user_frame_src()}")
+    columns = zip(*[tree_flatten(o)[0] for o in outs])
+    return tree_unflatten(types[0][0], [fnp.stack(list(c))[index] for c in columns])

@@ -171,3 +171,25 @@ def test_k_training_steps_in_one_jitted_call_equal_k_calls(rng):
     for a, b in zip(funcgrad.tree_util.tree_leaves((p1, s1, v1)),
                     funcgrad.tree_util.tree_leaves((p2, s2, v2))):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_switch_concrete_traced_grad_vmap_and_out_of_range():
+    fs = [lambda x: x + 1.0, lambda x: x * x, lambda x: fnp.sin(x)]
+    x = np.float64(0.7)
+    for i in range(3):
+        want = float(fs[i](x))
+        assert float(lax.switch(i, fs, x)) == want
+        assert np.isclose(float(jit(lambda i, x: lax.switch(i, fs, x))(np.int32(i), x)), want)
+    d = grad(lambda x, i: lax.switch(i, fs, x))
+    assert np.isclose(float(jit(d)(x, np.int32(1))), 2 * 0.7)
+    assert np.isclose(float(jit(d)(x, np.int32(2))), np.cos(0.7))
+    got = vmap(lambda i, x: lax.switch(i, fs, x))(np.array([0, 1, 2], np.int32),
+                                                  np.array([1.0, 2.0, 0.0]))
+    np.testing.assert_allclose(np.asarray(got), [2.0, 4.0, 0.0])
+    with pytest.raises(IndexError, match="(?s)switch: index 3 is out of range.*test_control.py"):
+        lax.switch(3, fs, x)
+    with pytest.raises(IndexError, match="(?s)out of bounds.*test_control.py"):
+        jit(lambda i, x: lax.switch(i, fs, x))(np.int32(5), x)
+    with pytest.raises(TypeError, match="switch: every branch must return the same"):
+        jit(lambda i, x: lax.switch(i, [lambda v: v, lambda v: fnp.stack([v, v])], x))(
+            np.int32(0), x)
