@@ -398,3 +398,17 @@ def test_cpu_plan_transposed_dots_and_scalar_broadcasts(rng):
     steps = [e.prim.name for e in plan.line_eqn.values()]
     assert steps.count("dot_general") == 1   # only the 3-D product keeps its own step
     assert "broadcast_in_dim" not in steps     # scalars broadcast inside the consumers
+
+
+@pytest.mark.skipif(__import__("platform").libc_ver()[0] != "glibc", reason="glibc's mallopt")
+def test_cpu_backend_malloc_tuning_is_on_by_default_and_can_be_turned_off():
+    import subprocess
+    import sys
+    code = "import funcgrad.backends.cpu as c; print(c.MALLOPT_APPLIED)"
+    env = dict(__import__("os").environ)
+    on = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                        check=True).stdout.strip()
+    env["FUNCGRAD_MALLOPT"] = "0"
+    off = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         check=True).stdout.strip()
+    assert (on, off) == ("True", "False")

@@ -1,12 +1,39 @@
 """The CPU backend: runs each primitive's numpy impl (the reference semantics)."""
 from __future__ import annotations
 
+import ctypes
 import functools
+import os
+import sys
 
 import numpy as np
 
 from ..core import FuncgradError, user_frame_src
 from ..prims import IndexOutOfRange
+
+
+def _keep_freed_memory_mapped() -> bool:
+    """Ask glibc to serve arrays up to 32 MiB from its heap and keep freed memory mapped.
+
+    By default glibc maps each array above ~128 KiB afresh and returns it on free, so every
+    new multi-MB intermediate of a training step page-faults on first write: ~1 ms per 2 MB on
+    the development VM, more than the arithmetic (a GPT step on the CPU ran 70 -> 51 ms/step,
+    C2 9.7 -> 7.5 ms). Freed memory then stays with the process for reuse (the peak is kept).
+    FUNCGRAD_MALLOPT=0 leaves glibc's defaults. Returns whether the settings took effect.
+    """
+    if os.environ.get("FUNCGRAD_MALLOPT", "1") == "0" or not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):   # not glibc (e.g. musl): nothing to tune
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    return bool(mallopt(m_mmap_threshold, 32 << 20) and mallopt(m_trim_threshold, 512 << 20))
+
+
+MALLOPT_APPLIED = _keep_freed_memory_mapped()
 
 
 class CpuBackend:
