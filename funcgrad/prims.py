@@ -911,10 +911,31 @@ def _dot_shape(x, y, *, dimension_numbers):
                        + [y.shape[i] for i in rf], x.dtype)
 
 
+def _as_matrix(a, contract, contract_first: bool):
+    """a as a 2-D (k, rest) or (rest, k) matrix when its contracting dims are a leading or
+    trailing run in order (a reshape, so a view when a is contiguous), else None."""
+    nc, nd = len(contract), a.ndim
+    k = math.prod(a.shape[i] for i in contract)
+    rest = math.prod(a.shape[i] for i in range(nd) if i not in contract)
+    if k and tuple(contract) == tuple(range(nc)):
+        m = a.reshape(k, rest)
+        return m if contract_first else m.T
+    if k and tuple(contract) == tuple(range(nd - nc, nd)):
+        m = a.reshape(rest, k)
+        return m.T if contract_first else m
+    return None
+
+
 def _dot_impl(x, y, *, dimension_numbers):
     (lc, rc), (lb, _) = dimension_numbers
     if x.ndim == 2 and y.ndim == 2 and not lb and len(lc) == 1:  # a matrix product of views
         return np.matmul(x if lc[0] == 1 else x.T, y if rc[0] == 0 else y.T)
+    if not lb and lc:   # contractions over leading/trailing runs: one matmul of reshaped views
+        xm, ym = _as_matrix(x, lc, False), _as_matrix(y, rc, True)
+        if xm is not None and ym is not None:
+            free = [d for i, d in enumerate(x.shape) if i not in lc] + [
+                d for i, d in enumerate(y.shape) if i not in rc]
+            return np.matmul(xm, ym).reshape(free)
     # as one batched matmul: x -> [batch, free, contract], y -> [batch, contract, free]
     lc, rc, lb, rb, lf, rf = _dot_dims(x, y, dimension_numbers)
     bs = [x.shape[i] for i in lb]

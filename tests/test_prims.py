@@ -299,3 +299,20 @@ def test_matrix_dot_fast_path_matches_einsum(dims):
     y = rng.standard_normal((4, 5) if rc == 0 else (5, 4))
     want = np.einsum("mk,kn->mn", x if lc == 1 else x.T, y if rc == 0 else y.T)
     np.testing.assert_allclose(prims.dot_general_p.impl(x, y, dimension_numbers=dims), want)
+
+
+def test_dot_over_leading_or_trailing_runs_matches_einsum():
+    # contractions over leading/trailing runs of dims are one matmul of reshaped views
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 3, 5))
+    cases = [(x, rng.standard_normal((4, 5)), ((2,), (0,)), "abc,cd->abd"),
+             (x, y, ((0, 1), (0, 1)), "abc,abd->cd"),
+             (x, rng.standard_normal((5, 3, 4)), ((1, 2), (1, 2)), "abc,dbc->ad"),
+             (x, rng.standard_normal((3, 4, 5)), ((1, 2), (0, 1)), "abc,bcd->ad"),
+             (np.zeros((0, 3, 4)), rng.standard_normal((4, 5)), ((2,), (0,)), "abc,cd->abd"),
+             (x, np.zeros((4, 0)), ((2,), (0,)), "abc,cd->abd")]
+    for a, b, (lc, rc), spec in cases:
+        got = prims.dot_general_p.impl(a, b, dimension_numbers=((lc, rc), ((), ())))
+        want = np.einsum(spec, a, b)
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-12)
