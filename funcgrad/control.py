@@ -1,4 +1,4 @@
-"""Structured control flow (lax.fori_loop, scan, map, cond, switch), unrolled while tracing.
+"""Structured control flow (lax.scan, fori_loop, while_loop, map, cond, switch) by unrolling.
 
 funcgrad has no loop or branch primitives: `fori_loop` and `scan` call their body once per
 iteration while the program is traced, so the trip count must be known then (a Python int, a
@@ -273,3 +273,43 @@ def switch(index, branches, *operands) -> Any:
                         f"  at {user_frame_src()}")
     columns = zip(*[tree_flatten(o)[0] for o in outs])
     return tree_unflatten(types[0][0], [fnp.stack(list(c))[index] for c in columns])
+
+
+def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
+    """`while cond_fun(val): val = body_fun(val)`, like `jax.lax.while_loop`.
+
+    The condition must be concrete every time it is checked, since funcgrad unrolls loops while
+    tracing: outside jit/grad/vmap that always holds; inside them the condition may depend only
+    on concrete parts of the carry (e.g. a Python int counter). A traced condition raises and
+    suggests `fori_loop` with a static bound. The carry keeps its structure, shapes and dtypes.
+
+    Args:
+        cond_fun: val -> a boolean scalar.
+        body_fun: val -> val.
+        init_val: the initial carry (a pytree).
+
+    Example:
+        >>> import funcgrad.numpy as fnp
+        >>> from funcgrad import lax
+        >>> float(lax.while_loop(lambda x: x < 100.0, lambda x: x * 3.0, fnp.asarray(1.0)))
+        243.0
+    """
+    expected, weak = _types(init_val), _weak_kinds(init_val)
+    val = init_val
+    while True:
+        c = cond_fun(val)
+        if isinstance(c, Tracer):
+            raise ConcretizationError(
+                f"while_loop: cond_fun returned a traced value {c.aval.str_short()}; funcgrad "
+                f"unrolls loops while tracing, so the condition must be concrete. Use "
+                f"fori_loop with a static trip count (or scan), or keep the condition on "
+                f"concrete parts of the carry.\n  at {user_frame_src()}")
+        c_aval = _aval(c)
+        if c_aval.shape != () or c_aval.dtype.kind not in "biuf":
+            raise TypeError(f"while_loop: cond_fun must return a boolean scalar, got "
+                            f"{c_aval.str_short()}\n  at {user_frame_src()}")
+        if not bool(c):
+            return val
+        val = body_fun(val)
+        _check_carry("while_loop", "body_fun's result", expected, val, weak)
+        expected, weak = _types(val), ()

@@ -5,7 +5,7 @@ import numpy as np
 
 from . import prims as P
 from .ad import stop_gradient  # noqa: F401
-from .control import cond, fori_loop, map, scan, switch  # noqa: F401
+from .control import cond, fori_loop, map, scan, switch, while_loop  # noqa: F401
 from .core import bind
 
 

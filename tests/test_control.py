@@ -193,3 +193,16 @@ def test_switch_concrete_traced_grad_vmap_and_out_of_range():
     with pytest.raises(TypeError, match="switch: every branch must return the same"):
         jit(lambda i, x: lax.switch(i, [lambda v: v, lambda v: fnp.stack([v, v])], x))(
             np.int32(0), x)
+
+
+def test_while_loop_eager_concrete_counter_under_jit_and_traced_error():
+    assert float(lax.while_loop(lambda x: x < 100.0, lambda x: x * 3.0, fnp.asarray(1.0))) == 243.0
+
+    def f(x):   # the condition reads a Python int in the carry: concrete while tracing
+        return lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, c[1] * 2.0), (0, x))[1]
+    assert float(jit(f)(1.5)) == 12.0
+    assert float(grad(f)(1.5)) == 8.0
+    with pytest.raises(funcgrad.ConcretizationError, match="(?s)while_loop: cond_fun.*fori_loop"):
+        jit(lambda x: lax.while_loop(lambda v: v < 10.0, lambda v: v * 2.0, x))(1.0)
+    with pytest.raises(TypeError, match="while_loop: cond_fun must return a boolean scalar"):
+        lax.while_loop(lambda v: v, lambda v: v, np.ones(2))
