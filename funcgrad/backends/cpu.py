@@ -109,7 +109,7 @@ class CpuPlan:
             return name[x]
 
         swapped = _transposed_dots(expr, keep)
-        steps = []   # (local name, function, argument names, equation)
+        steps = []   # (local name, argument names, equation); functions live in env
         for e in expr.eqns:
             if e.out in swapped:   # computed, already transposed, by its transpose's step
                 continue
