@@ -31,6 +31,23 @@ def test_digits_mlp_reaches_95_percent(capsys):
     assert capsys.readouterr().out.rstrip().splitlines()[-1].startswith("test accuracy: 0.9")
 
 
+def test_digits_mlp_steps_per_call_follows_the_same_trajectory(capsys):
+    # 7 steps per jitted call (a lax.scan), 53 steps: 7 full calls and one of 4
+    pytest.importorskip("sklearn")
+    import train_mlp
+    one = train_mlp.main(["--steps", "53", "--plot", os.devnull + ".png"])
+    first = capsys.readouterr().out
+    seven = train_mlp.main(["--steps", "53", "--steps-per-call", "7",
+                            "--plot", os.devnull + ".png"])
+    second = capsys.readouterr().out
+
+    def final_loss(out):
+        return next(ln for ln in out.splitlines() if "final loss" in ln).split("final loss")[1]
+    assert one == seven and final_loss(first) == final_loss(second)
+    with pytest.raises(SystemExit):
+        train_mlp.main(["--steps-per-call", "3", "--optimizer", "sgd"])
+
+
 def test_kv_cache_decode_matches_full_forward():
     params = funcgrad.device_put(gpt.init_params(TINY, seed=3))
     rng = np.random.default_rng(0)
