@@ -26,20 +26,9 @@ def _types(tree) -> tuple:
     return struct, tuple(_aval(leaf) for leaf in leaves)
 
 
-# a Python number in an initial carry is weakly typed, as in JAX: it takes the dtype that the
-# body gives it (a float may become float64, an int any integer or float type)
+# a Python number in a first value is weakly typed, as in JAX: it takes the dtype that the
+# next value gives it (a float may become float64, an int any integer or float type)
 _WEAK_KINDS = {bool: "b", int: "biuf", float: "f"}
-
-
-def _weak_kinds(tree) -> tuple:
-    return tuple(_WEAK_KINDS.get(type(leaf)) for leaf in tree_flatten(tree)[0])
-
-
-def _matches(expected, weak, got) -> bool:
-    (es, ea), (gs, ga) = expected, got
-    return es == gs and len(ea) == len(ga) and all(
-        e == g or (w is not None and g.shape == () and g.dtype.kind in w)
-        for e, g, w in zip(ea, ga, weak))
 
 
 def _show(types) -> str:
@@ -47,12 +36,31 @@ def _show(types) -> str:
     return f"{struct} with leaves [{', '.join(a.str_short() for a in avals)}]"
 
 
-def _check_carry(name: str, what: str, expected, got_tree, weak=()):
-    got = _types(got_tree)
-    if not _matches(expected, weak or (None,) * len(expected[1]), got):
+class _SameTypes:
+    """Successive values (loop carries, scan outputs) must keep one pytree structure, shapes
+    and dtypes; `types` is the latest accepted value's."""
+
+    def __init__(self, first):
+        self.types = _types(first)
+        self.weak = tuple(_WEAK_KINDS.get(type(leaf)) for leaf in tree_flatten(first)[0])
+
+    def accept(self, value) -> bool:
+        got = _types(value)
+        (es, ea), (gs, ga) = self.types, got
+        ok = es == gs and len(ea) == len(ga) and all(
+            e == g or (w is not None and g.shape == () and g.dtype.kind in w)
+            for e, g, w in zip(ea, ga, self.weak))
+        if ok:
+            self.types, self.weak = got, (None,) * len(ga)
+        return ok
+
+
+def _check_carry(name: str, what: str, carry: _SameTypes, value):
+    expected = carry.types
+    if not carry.accept(value):
         raise TypeError(f"{name}: {what} must have the same pytree structure, shapes and dtypes "
-                        f"as the initial carry {_show(expected)}, but got {_show(got)}\n"
-                        f"  at {user_frame_src()}")
+                        f"as the initial carry {_show(expected)}, but got {_show(_types(value))}"
+                        f"\n  at {user_frame_src()}")
 
 
 def _static_int(x, name: str, arg: str) -> int:
@@ -90,12 +98,11 @@ def fori_loop(lower, upper, body_fun: Callable, init_val: Any) -> Any:
     from . import numpy as fnp
     lo = _static_int(lower, "fori_loop", "lower")
     hi = _static_int(upper, "fori_loop", "upper")
-    expected, weak = _types(init_val), _weak_kinds(init_val)
+    carry = _SameTypes(init_val)
     val = init_val
     for i in range(lo, hi):
         val = body_fun(fnp.asarray(i, np.int32), val)
-        _check_carry("fori_loop", "body_fun's result", expected, val, weak)
-        expected, weak = _types(val), ()
+        _check_carry("fori_loop", "body_fun's result", carry, val)
     return val
 
 
@@ -152,23 +159,21 @@ def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None,
     from . import numpy as fnp
     x_leaves, x_tree = tree_flatten(xs)
     n = _scan_length("scan", x_leaves, length)
-    expected, weak = _types(init), _weak_kinds(init)
+    carry_types, y_types = _SameTypes(init), None
 
     def slice_at(i):
         return tree_unflatten(x_tree, [leaf[i] for leaf in x_leaves])
 
-    carry, ys, y_types, y_weak = init, [], None, ()
+    carry, ys = init, []
     for i in (range(n - 1, -1, -1) if reverse else range(n)):
         carry, y = f(carry, slice_at(i))
-        _check_carry("scan", "the carry f returns", expected, carry, weak)
-        expected, weak = _types(carry), ()
+        _check_carry("scan", "the carry f returns", carry_types, carry)
         if y_types is None:
-            y_types, y_weak = _types(y), _weak_kinds(y)
-        elif _matches(y_types, y_weak or (None,) * len(y_types[1]), _types(y)):
-            y_types, y_weak = (_types(y), ()) if y_weak else (y_types, y_weak)
-        else:
+            y_types = _SameTypes(y)
+        elif not y_types.accept(y):
             raise TypeError(f"scan: f must return ys of one structure, shapes and dtypes; got "
-                            f"{_show(_types(y))} after {_show(y_types)}\n  at {user_frame_src()}")
+                            f"{_show(_types(y))} after {_show(y_types.types)}\n"
+                            f"  at {user_frame_src()}")
         ys.append(y)
     if reverse:
         ys.reverse()
@@ -294,7 +299,7 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
         >>> float(lax.while_loop(lambda x: x < 100.0, lambda x: x * 3.0, fnp.asarray(1.0)))
         243.0
     """
-    expected, weak = _types(init_val), _weak_kinds(init_val)
+    carry = _SameTypes(init_val)
     val = init_val
     while True:
         c = cond_fun(val)
@@ -311,5 +316,4 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
         if not bool(c):
             return val
         val = body_fun(val)
-        _check_carry("while_loop", "body_fun's result", expected, val, weak)
-        expected, weak = _types(val), ()
+        _check_carry("while_loop", "body_fun's result", carry, val)

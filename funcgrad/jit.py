@@ -194,14 +194,10 @@ def jit(fun: Callable, static_argnums=(), static_argnames=(), donate_argnums=())
         # a GPU argument puts the call on the GPU; arrays placed on the CPU keep it there;
         # plain numpy/Python inputs go to the default device
         devs = {v.device for v in vals if isinstance(v, Array)}
-        if len(devs) == 1:
-            device = devs.pop()
-        else:
-            device = next((d for d in sorted(devs) if d != "cpu"),
-                          "cpu" if devs else core.default_device())
+        device = next((d for d in sorted(devs) if d != "cpu"),
+                      "cpu" if devs else core.default_device())
         paths = ()
-        sig = _Signature(tree, tuple([v.aval if type(v) is Array else aval_of(v) for v in vals]),
-                         st, device, paths)
+        sig = _Signature(tree, tuple([aval_of(v) for v in vals]), st, device, paths)
         return sig, st, vals, tree
 
     def _cached(args, kwargs):

@@ -928,8 +928,6 @@ def _as_matrix(a, contract, contract_first: bool):
 
 def _dot_impl(x, y, *, dimension_numbers):
     (lc, rc), (lb, _) = dimension_numbers
-    if x.ndim == 2 and y.ndim == 2 and not lb and len(lc) == 1:  # a matrix product of views
-        return np.matmul(x if lc[0] == 1 else x.T, y if rc[0] == 0 else y.T)
     if not lb and lc:   # contractions over leading/trailing runs: one matmul of reshaped views
         xm, ym = _as_matrix(x, lc, False), _as_matrix(y, rc, True)
         if xm is not None and ym is not None:

@@ -108,13 +108,14 @@ class CpuPlan:
                 return k
             return name[x]
 
-        swapped = _transposed_dots(expr, keep)
+        swapped = _transposed_dots(expr, keep)   # transpose equation -> its dot equation
+        folded = {d.out for d in swapped.values()}
         steps = []   # (local name, argument names, equation); functions live in env
         for e in expr.eqns:
-            if e.out in swapped:   # computed, already transposed, by its transpose's step
+            if e.out in folded:   # computed, already transposed, by its transpose's step
                 continue
-            if e in swapped.values():
-                d = _producer(expr, e.inputs[0])
+            d = swapped.get(e)
+            if d is not None:
                 (lc, rc), _ = d.params["dimension_numbers"]
                 # (x . y)^T = y . x with the contracting dims swapped: a contiguous result
                 name[e.out] = fresh()
@@ -190,12 +191,8 @@ class CpuPlan:
 _FILENAME = "<funcgrad cpu plan>"
 
 
-def _producer(expr, v):
-    return next(e for e in expr.eqns if e.out is v)
-
-
 def _transposed_dots(expr, keep):
-    """{dot output: its only reader}, for 2-D matrix products read only by a transpose (the
+    """{transpose: the dot it reads}, for 2-D matrix products read only by a transpose (the
     backward pass's weight gradients); numpy would otherwise add the strided view slowly."""
     from ..prims import dot_general_p, transpose_p
     users = {}
@@ -209,7 +206,7 @@ def _transposed_dots(expr, keep):
             u = users.get(e.out, [])
             if (not lb and len(lc) == 1 and len(u) == 1 and u[0].prim is transpose_p
                     and all(x.aval.ndim == 2 for x in e.inputs)):
-                out[e.out] = u[0]
+                out[u[0]] = e
     return out
 
 

@@ -173,17 +173,6 @@ class Plan:
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
 
-    def _copy(self, dst, src):
-        """dst <- src on the plan's stream (a DMA copy when src is contiguous)."""
-        from cuda.bindings import driver as cb
-        if not src.is_contiguous() or src.shape != dst.shape:
-            return ew.run("copy", [src], dst.dtype, out=dst)
-        n = src.size * src.dtype.itemsize
-        if n:
-            _ok((cb.cuMemcpyDtoDAsync(self.backend.pointer(dst), self.backend.pointer(src), n,
-                                      self.handle)[0],))
-        return dst
-
     def _replay(self, args):
         from cuda.bindings import driver as cb
         runtime._stream = self.stream
@@ -196,8 +185,8 @@ class Plan:
                 src = a.buf
                 if n and src.shape == shape and src.is_contiguous():
                     _copy_ok(copy(addr, ptr(src), n, h), n)
-                elif n:
-                    self._copy(dst, src)
+                elif n:   # a strided view: the elementwise copy kernel, on the plan's stream
+                    ew.run("copy", [src], dst.dtype, out=dst)
             _ok(cb.cuGraphLaunch(self.graph, self.handle))
             outs = []
             pool = arrays.pool()
@@ -206,7 +195,7 @@ class Plan:
                 if n and contig:
                     _copy_ok(copy(ptr(dst), addr, n, h), n)
                 elif n:
-                    self._copy(dst, b)
+                    ew.run("copy", [b], dst.dtype, out=dst)
                 outs.append(dst)
             _ok(cb.cuEventRecord(self.ev_out, self.handle))  # later eager work waits for us
             _ok(cb.cuStreamWaitEvent(legacy, self.ev_out, 0))
