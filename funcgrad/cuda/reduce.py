@@ -1,13 +1,16 @@
 """Deterministic reductions over any set of axes: sum, prod, max, min, argmax, argmin.
 
-The operand is viewed as (K kept, R reduced) with one stride each (copied to a contiguous layout
-first when the axes cannot be expressed that way). Two kernel shapes, both with a fixed
-combination order, so equal inputs give bit-identical outputs (no atomics anywhere):
-  row: one block per output (or per chunk of one); threads stride over r, then a block tree
-       (warp shuffles on a GPU, a shared-memory tree in the simulator, which has no shuffles);
+sum/prod/max/min view the operand as (A outer, R reduced, B inner) with one stride each, read in
+place when the reduced axes are one run of dims (row, column and middle-axis reductions of any
+shape), and run the rows or cols kernels of reduce_kernels.py: narrow outputs split R into
+chunks across blocks and combine the partials with a second reduction (no atomics; the chunks
+depend on the shape only, so equal inputs give bit-identical outputs).
+
+argmax/argmin view it as (K kept, R reduced) (copied to a contiguous layout first when the axes
+cannot be expressed that way) and run
+  row: one block per output; threads stride over r, then a block tree (warp shuffles on a GPU,
+       a shared-memory tree in the simulator, which has no shuffles);
   col: one thread per output (used when the kept axis is the contiguous one), looping over r.
-Long reductions are split into G chunks whose partials a second row pass combines; G depends only
-on the shape, so the order never varies between runs.
 """
 from __future__ import annotations
 
@@ -17,7 +20,8 @@ import numpy as np
 
 from . import runtime
 from .arrays import DeviceBuffer, pool
-from .elementwise import compute_t, contiguous, nbt
+from . import reduce_kernels as RK
+from .elementwise import compute_t, contiguous, nbt, run
 
 BIG_INDEX = 2 ** 62
 
@@ -170,16 +174,6 @@ def _as_2d(x: DeviceBuffer, axes):
     return x, kg[0], rg[0], kg[1], rg[1]
 
 
-def _chunks(mode, K, R):
-    if runtime.SIM:
-        want, minch = (4, 16) if mode == "row" else (16, 8)
-    else:
-        want, minch = (1024, 8192) if mode == "row" else (65536, 64)
-    G = max(1, min(-(-want // K), -(-R // minch), 1024))
-    CH = -(-R // G)
-    return -(-R // CH), CH
-
-
 def _launch(kind, x, K, R, sk, sr, out: DeviceBuffer, G=None):
     """Reduce x (as K x R) into out (K*G elements, contiguous)."""
     acc = acc_dtype(kind, x.dtype)
@@ -206,23 +200,90 @@ def _launch(kind, x, K, R, sk, sr, out: DeviceBuffer, G=None):
     return out
 
 
+def _as_3d(x: DeviceBuffer, axes):
+    """(buffer, A, R, B, sa, sr, sb): x seen as outer x reduced x inner, read in place when the
+    reduced axes are one run of dims (or the kept ones collapse), else through one copy."""
+    groups = None
+    if axes == tuple(range(axes[0], axes[-1] + 1)):
+        lo, hi = axes[0], axes[-1] + 1
+        groups = [_collapse(x.shape[a:b], x.strides[a:b])
+                  for a, b in ((0, lo), (lo, hi), (hi, x.ndim))]
+    if groups is None or any(g is None for g in groups):
+        x2, K, R, sk, sr = _as_2d(x, axes)
+        if sk == 1 and sr != 1 and K > 1:   # the kept run is the contiguous one: columns
+            return x2, 1, R, K, 0, sr, 1
+        return x2, K, R, 1, sk, sr, 0
+    (A, sa), (R, sr), (B, sb) = groups
+    return x, A, R, B, sa, sr, sb
+
+
+def _geometry():
+    """(rows: threads, lanes per item; cols: BX, BY; blocks cap)."""
+    if runtime.SIM:
+        return 8, 4, 4, 2, 2
+    return 256, 32, 32, 8, 1 << 20
+
+
+def _plan(A, R, B, sr, sb):
+    """("rows" | "cols", G chunks of CH): chosen from the shape (and strides) only."""
+    T, L, BX, BY, _ = _geometry()
+    cols = B > 1 and abs(sb) <= abs(sr)
+    if runtime.SIM:
+        want, minch = (4, 2 * BY) if cols else (4, 2 * L)
+    elif cols:   # ~8 blocks of 256 threads per SM on 132 SMs; >= 8 rows per thread
+        want, minch = 1056 * BX, 8 * BY
+    else:        # ~64 warps per SM; >= 64 elements per lane
+        want, minch = 8448, 64 * L
+    items = A * (-(-B // BX) * BX if cols else B)
+    G = max(1, min(-(-want // max(items, 1)), -(-R // minch), 65536))
+    CH = -(-R // G)
+    return ("cols" if cols else "rows"), -(-R // CH), CH
+
+
+def _launch3(kind, x, A, R, B, sa, sr, sb, out, G, CH, mode):
+    acc = acc_dtype(kind, x.dtype)
+    T, L, BX, BY, cap = _geometry()
+    key = ("red3", mode, kind, x.dtype.name, acc.name, out.dtype.name, T, L, BX, BY)
+    if mode == "cols":
+        k = runtime.kernel(key, lambda: RK.cols_source(kind, x.dtype, acc, out.dtype, BX, BY))
+        NBT = -(-B // BX)
+        NT = A * G * NBT
+        k[max(1, min(NT, cap)), BX * BY, runtime.stream()](
+            NT, NBT, G, B, R, CH, x.arr(), x.offset, sa, sb, sr, out.arr(), out.offset)
+    else:
+        shfl = not runtime.SIM
+        k = runtime.kernel(key + (shfl,), lambda: RK.rows_source(kind, x.dtype, acc, out.dtype,
+                                                                 T, L, shfl))
+        NI = A * B * G
+        k[max(1, min(-(-NI // (T // L)), cap)), T, runtime.stream()](
+            NI, G, B, R, CH, x.arr(), x.offset, sa, sb, sr, out.arr(), out.offset)
+    return out
+
+
+def _reduce3(kind, x, A, R, B, sa, sr, sb, out):
+    mode, G, CH = _plan(A, R, B, sr, sb)
+    if G == 1:
+        return _launch3(kind, x, A, R, B, sa, sr, sb, out, 1, R, mode)
+    # partials of a sum/prod/max/min combine with the same operation, in a fixed order
+    part = pool().empty((A, G, B) if mode == "cols" else (A * B, G), acc_dtype(kind, x.dtype))
+    _launch3(kind, x, A, R, B, sa, sr, sb, part, G, CH, mode)
+    if mode == "cols":
+        return _reduce3(kind, part, A, G, B, G * B, B, 1, out)
+    return _reduce3(kind, part, A * B, G, 1, G, 1, 0, out)
+
+
 def reduce(kind: str, x: DeviceBuffer, axes, out_dtype) -> DeviceBuffer:
-    """sum / prod / max / min of x over `axes` (x non-empty)."""
+    """sum / prod / max / min of x over `axes` (x non-empty), deterministic."""
     axes = tuple(sorted(axes))
     out_shape = tuple(n for d, n in enumerate(x.shape) if d not in axes)
     out = pool().empty(out_shape, out_dtype)
     if out.size == 0:
         return out
-    x2, K, R, sk, sr = _as_2d(x, axes)
-    mode = "col" if (sk == 1 and sr != 1 and K > 1) else "row"
-    G, CH = _chunks(mode, K, R)
-    if G == 1:
-        return _launch(kind, x2, K, R, sk, sr, out)
-    acc = acc_dtype(kind, x.dtype)
-    part = pool().empty((K, G), acc)
-    _launch(kind, x2, K, R, sk, sr, part, G=G)
-    # partials of a sum/prod/max/min combine with the same operation
-    return _launch(kind, part, K, G, G, 1, out)
+    if all(x.shape[d] == 1 for d in axes):   # nothing to combine: a cast of the values
+        kept = [d for d in range(x.ndim) if d not in axes]
+        src = x.view(out_shape, [x.strides[d] for d in kept], x.offset)
+        return run("convert_element_type", [src], out_dtype, out=out)
+    return _reduce3(kind, *_as_3d(x, axes), out)
 
 
 def arg_reduce(kind: str, x: DeviceBuffer, axis: int, index_dtype) -> DeviceBuffer:
