@@ -7,6 +7,7 @@ import numpy as np
 
 from .. import fused as F
 from .. import numpy as fnp
+from ..attention_prim import MAX_HEAD_DIM, attention_p
 from .. import prims as P
 from ..core import bind
 from ._functions import _float_dtype
@@ -28,8 +29,10 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
                           is_causal: bool = False):
     """Scaled dot-product attention with jax.nn.dot_product_attention's shapes.
 
-    softmax(query . key / sqrt(head_dim) + bias, masked) . value, the softmax being the fused
-    primitive. Grouped-query (and multi-query) attention: key/value may have K heads where K
+    softmax(query . key / sqrt(head_dim) + bias, masked) . value. Without bias and mask (causal
+    or not) it is one fused flash-attention primitive (funcgrad/attention_prim.py): no
+    T x S buffer forward or backward, heads read in place through strides. With a bias or
+    a mask it is composed (logits, the fused softmax primitive, a contraction). Grouped-query (and multi-query) attention: key/value may have K heads where K
     divides the N query heads; query head n then reads key/value head n // (N // K), as if the
     key/value heads were repeated with `fnp.repeat(key, N // K, axis=2)`.
 
@@ -42,6 +45,10 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
         scale: the logits scale; 1 / sqrt(head_dim) by default.
         is_causal: query position t attends key positions s <= t (top-left aligned, like JAX;
             for a KV-cache decode step pass an explicit `mask` instead).
+
+    Raises:
+        ValueError: head_dim or value_dim above 128 (the fused kernels keep a row in
+            registers), or incompatible shapes.
 
     Returns:
         [batch, T, N, value_dim] (or [T, N, value_dim]).
@@ -68,8 +75,15 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
     if kh == 0 or n % kh:
         raise ValueError(f"dot_product_attention: the {kh} key/value heads must divide the "
                          f"{n} query heads")
+    if h > MAX_HEAD_DIM or v.shape[-1] > MAX_HEAD_DIM:
+        raise ValueError(f"dot_product_attention: head_dim {h} / value_dim {v.shape[-1]} "
+                         f"exceed {MAX_HEAD_DIM}, the largest the fused attention supports "
+                         f"(query {q.shape}, value {v.shape})")
     g = n // kh
     scale = 1.0 / math.sqrt(h) if scale is None else float(scale)
+    if bias is None and mask is None:
+        out = bind(attention_p, q, k, v, scale=scale, causal=bool(is_causal))
+        return out[0] if unbatched else out
     qg = fnp.reshape(q * scale, (b, t, kh, g, h))
     # logits [B, K, T, G, S]: batch over (B, K), contract head_dim
     logits = P.dot_general(qg, k, (((4,), (3,)), ((0, 2), (0, 2))))
