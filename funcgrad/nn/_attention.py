@@ -32,8 +32,9 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
     softmax(query . key / sqrt(head_dim) + bias, masked) . value. Without bias and mask (causal
     or not) it is one fused flash-attention primitive (funcgrad/attention_prim.py): no
     T x S buffer forward or backward, heads read in place through strides. With a bias or
-    a mask it is composed (logits, the fused softmax primitive, a contraction). Grouped-query (and multi-query) attention: key/value may have K heads where K
-    divides the N query heads; query head n then reads key/value head n // (N // K), as if the
+    a mask it is composed (logits, the fused softmax primitive, a contraction).
+    Grouped-query (and multi-query) attention: key/value may have K heads where K divides
+    the N query heads; query head n then reads key/value head n // (N // K), as if the
     key/value heads were repeated with `fnp.repeat(key, N // K, axis=2)`.
 
     Args:
