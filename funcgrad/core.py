@@ -402,6 +402,18 @@ class ArrayBase:
     def round(self, decimals=0): return _numpy_api.round(self, decimals)
 
 
+class DeletedBuffer:
+    """Stands in for the buffer of an Array that was donated (or deleted): any use raises."""
+    __slots__ = ("why",)
+
+    def __init__(self, why: str):
+        self.why = why
+
+    def __getattr__(self, name):
+        raise RuntimeError(f"this Array was deleted: {self.why}; it can no longer be read "
+                           "(use the function's results instead)")
+
+
 class Array(ArrayBase):
     """A concrete array living on a device (numpy memory for "cpu", GPU memory for "cuda")."""
     __slots__ = ("__weakref__", "aval", "buf", "device")
@@ -409,7 +421,17 @@ class Array(ArrayBase):
     def __init__(self, buf, aval: ShapedArray, device: str = "cpu"):
         self.buf, self.aval, self.device = buf, aval, device
 
+    def is_deleted(self) -> bool:
+        """True once the array was donated to a jitted call (donate_argnums) or deleted."""
+        return type(self.buf) is DeletedBuffer
+
+    def delete(self):
+        """Free this array's buffer now (later reads raise), as jax.Array.delete."""
+        self.buf = DeletedBuffer("Array.delete() was called")
+
     def __array__(self, dtype=None, copy=None):
+        if type(self.buf) is DeletedBuffer:
+            self.buf.data   # raises, naming why
         a = get_backend(self.device).to_numpy(self.buf)
         return a if dtype is None else a.astype(dtype)
 

@@ -49,6 +49,8 @@ class CudaBackend:
 
     def synchronize(self):
         self._cuda.synchronize()
+        for check in runtime.after_sync:   # device checks of replayed graphs, now complete
+            check()
 
     # jit ------------------------------------------------------------------------------------
 
@@ -56,6 +58,16 @@ class CudaBackend:
         """A Plan (fused kernels + lowered primitives) for an optimized jit expression."""
         from .plan import Plan
         return Plan(self, expr, consts, donate)
+
+    def planned_peak(self, plan, avals) -> int:
+        """The plan's static peak (planning it on zero-filled arguments if not yet planned)."""
+        if plan.layout is None and plan.static_ok:
+            from ..core import Array
+            from .elementwise import fill
+            args = [Array(fill(self.pool.empty(a.shape, a.dtype), 0), a, "cuda") for a in avals]
+            while plan.layout is None and plan.static_ok:
+                plan(args)
+        return plan.peak_bytes(avals)
 
     def describe(self, plan) -> str:
         return plan.describe()

@@ -2,18 +2,26 @@
 
 The plan is built once per jitted signature. Steps run in dependency order: fused clusters
 (fusion.py) and the remaining primitives through the lowering table (views launch nothing).
-Each intermediate buffer goes back to the pool after its last use.
+
+Calls: the first runs the steps eagerly (compiling and warming every kernel); the second runs
+them under a `memplan.Recorder` and packs every intermediate into one arena by liveness; from
+then on every call is *planned*: intermediates at their fixed arena offsets, results in one of
+two plan-owned output sets (the set not holding any argument), so a training loop that feeds a
+step's results to the next step neither allocates nor copies. On a GPU a planned call replays a
+CUDA graph (graphs.py) bound to the arguments' addresses; under the simulator it runs the steps.
+A result the user still holds when its set is about to be rewritten is first moved to memory of
+its own (a copy only in that case).
 """
 from __future__ import annotations
 
 import os
 import time
+import weakref
 
 import numpy as np
 
-from ..core import Array, Lit
-from . import arrays, fusion, runtime
-from . import elementwise as ew
+from ..core import Array, Lit, source_info
+from . import arrays, fusion, memplan, runtime
 from .lowering import lower
 
 # FUNCGRAD_PROFILE=1: plans run step by step with a synchronize around each step (no graphs) and
@@ -32,13 +40,12 @@ class Plan:
     """Executable for one optimized expression on the "cuda" device."""
 
     def __init__(self, backend, expr, consts, donate=()):
-        self.backend, self.expr = backend, expr
+        self.backend, self.expr, self.donate = backend, expr, tuple(donate)
         self.consts = [c.buf if isinstance(c, Array) and c.device == "cuda"
                        else backend.from_numpy(np.asarray(c)) for c in consts]
         self.steps = fusion.plan_steps(expr)
-        self.kernels: dict = {}  # (cluster index, layouts) -> compiled kernel
-        # last use of every variable, to release buffers early
-        last = {}
+        self.kernels: dict = {}  # (fused source, layouts) -> compiled kernel
+        last = {}   # last use of every variable, to release buffers early
         for i, (kind, s) in enumerate(self.steps):
             for x in _reads(kind, s):
                 last[x] = i
@@ -51,11 +58,17 @@ class Plan:
                 self.free_after[i].append(v)
         self.lits = {}
         self.calls = 0
-        self.graph = None
-        self.graph_error = None
-        # graphs need a real GPU, and no host work (debug.print) in the middle of the plan
-        self.graph_ok = not runtime.SIM and PROFILE is None and not any(
+        self.layout = None          # memplan.Layout once recorded
+        self.static_ok = PROFILE is None and not any(
             kind == "eqn" and s.prim.call_impl is not None for kind, s in self.steps)
+        self.static_error = None
+        self.graphs = None          # graphs.GraphSet on a real GPU
+        self.graph_error = None
+        self.arena_raws = None
+        self.out_sets = [None, None]
+        self.live = [[], []]        # weak references to the result blocks of each set
+
+    graph = property(lambda self: self.graphs if self.graphs and self.graphs.entries else None)
 
     def _lit(self, x):
         key = (x.val.dtype.str, x.val.item())
@@ -64,20 +77,122 @@ class Plan:
             b = self.lits[key] = self.backend.from_value(x.val)
         return b
 
+    # calls ----------------------------------------------------------------------------------
+
     def __call__(self, args: list) -> list:
-        if self.graph is not None:
-            return self._replay(args)
         self.calls += 1
-        if self.calls >= 2 and self.graph_ok and self._graph_pays(args):
-            # first call compiled and warmed every kernel; capture the second, then replay
+        bufs = [a.buf for a in args]
+        if self.calls == 1 or not self.static_ok:
+            return self._wrap(self._run(bufs))
+        bufs = [b if b.is_contiguous() else _contiguous(b) for b in bufs]
+        if self.layout is None:
+            return self._wrap(self._record(bufs))
+        try:
+            return self._wrap(self._planned(bufs))
+        except memplan.PlanMismatch as e:
+            self.static_ok, self.static_error = False, str(e)
+            return self._wrap(self._run(bufs))
+
+    def _wrap(self, outs):
+        return [Array(b, o.aval, "cuda") for b, o in zip(outs, self.expr.outs)]
+
+    def _record(self, bufs):
+        """Run once under a Recorder and pack the arena (device checks deferred, as in a
+        captured graph, so that buffer lifetimes match the later planned calls)."""
+        rec = memplan.Recorder(arrays.pool())
+        runtime._deferred = []
+        try:
+            with arrays.using_pool(rec):
+                outs = self._run(bufs)
+        finally:
+            deferred, runtime._deferred = runtime._deferred, None
+        self.layout = memplan.pack(rec, [o.block for o in outs])
+        _raise_deferred(deferred)
+        return outs
+
+    def _arena(self):
+        """The arena's per-allocation views and the two output sets (made once, on demand)."""
+        lay = self.layout
+        if self.arena_raws is None:
+            pool = arrays.pool()
+            self.arena_block = pool.alloc(max(lay.arena_bytes, 1))
+            base = self.arena_block.raw
+            self.arena_raws = [memplan.sub_raw(base, p[1], n) if p[0] == "arena" else None
+                               for p, n in zip(lay.places, lay.sizes)]
+        return self.arena_raws
+
+    def out_set(self, s: int) -> list:
+        if self.out_sets[s] is None:
+            pool = arrays.pool()
+            blocks = [pool.alloc(n) for n in self.layout.out_sizes]
+            self.out_sets[s] = (blocks, [b.raw for b in blocks])
+        return self.out_sets[s][1]
+
+    def choose_set(self, bufs) -> int:
+        """The output set to write: one that holds no argument (0 if neither does)."""
+        used = {b.block.set_id for b in bufs
+                if type(b.block) is memplan.PlanBlock and b.block.owner is self}
+        return 1 if 0 in used and 1 not in used else 0
+
+    def release_set(self, s: int, stream_handle=0):
+        """Before set s is written again: move results the user still holds out of it."""
+        for ref in self.live[s]:
+            blk = ref()
+            if blk is not None and blk.owner is self and blk.set_id == s:
+                blk.detach(arrays.pool(), lambda dst, src: _copy_raw(dst, src, stream_handle))
+        self.live[s] = []
+
+    def _planned(self, bufs):
+        if self.graphs is None and not runtime.SIM and self.graph_error is None:
+            from .graphs import GraphSet
+            self.graphs = GraphSet(self)
+        if self.graphs is not None:
             try:
-                self._capture(args)
+                return self.graphs(bufs)
+            except memplan.PlanMismatch:
+                raise
             except Exception as e:  # noqa: BLE001 - fall back to launching step by step
-                self.graph_ok, self.graph_error = False, repr(e)
-            else:
-                return self._replay(args)
-        return [Array(b, o.aval, "cuda") for b, o in zip(self._run([a.buf for a in args]),
-                                                         self.expr.outs)]
+                self.graph_error, self.graphs = repr(e), None
+        s = self.choose_set(bufs)
+        if any(type(b.block) is memplan.PlanBlock and b.block.owner is self
+               and b.block.set_id == s for b in bufs):   # mixed sets: stage those in s
+            bufs = [_contiguous(b, copy=True) if getattr(b.block, "set_id", None) == s else b
+                    for b in bufs]
+        self.release_set(s)
+        pool = memplan.ArenaPool(self.layout, self._arena(), self.out_set(s), self, s)
+        runtime._deferred = []
+        try:
+            with arrays.using_pool(pool):
+                outs = self._run(bufs)
+        finally:
+            deferred, runtime._deferred = runtime._deferred, None
+        if pool.k != len(self.layout.sizes):
+            raise memplan.PlanMismatch(f"{pool.k} allocations, the plan recorded "
+                                       f"{len(self.layout.sizes)}")
+        self.live[s] = [weakref.ref(b) for b in pool.out_blocks.values()]
+        _raise_deferred(deferred)
+        return outs
+
+    def peak_bytes(self, avals) -> int:
+        """Arguments + constants + the arena + one result set: a planned call's peak."""
+        from .memplan import _align
+        args = sum(_align(a.size * a.dtype.itemsize) for a in avals)
+        consts = sum(_align(c.size * c.dtype.itemsize) for c in self.consts)
+        if self.layout is None:      # not planned (host calls inside): no static figure
+            return args + consts
+        return args + consts + self.layout.arena_bytes + sum(self.layout.out_sizes)
+
+    def planned_bytes(self) -> dict:
+        """Device memory this plan holds: the arena, output sets, and graph staging buffers."""
+        lay = self.layout
+        if lay is None:
+            return {}
+        sets = sum(1 for s in self.out_sets if s is not None)
+        staging = self.graphs.staging_bytes() if self.graphs is not None else 0
+        return {"arena": lay.arena_bytes, "outputs": sets * sum(lay.out_sizes),
+                "staging": staging}
+
+    # the steps ------------------------------------------------------------------------------
 
     def _run(self, arg_bufs: list) -> list:
         """Launch every step (on runtime.stream()); returns the output buffers."""
@@ -103,7 +218,7 @@ class Plan:
                     env[s.out] = lower(s.prim, [read(x) for x in s.inputs], s.params,
                                        s.out.aval)
             else:
-                self._run_fused(i, s, env)
+                self._run_fused(s, env)
             if prof is not None:
                 runtime.load().synchronize()
                 name = s.prim.name if kind == "eqn" else "fused"
@@ -115,108 +230,15 @@ class Plan:
                     env.pop(v, None)
         return [read(o) for o in expr.outs]
 
-    # CUDA graphs ---------------------------------------------------------------------------
-
-    def _graph_pays(self, args) -> bool:
-        """A replay copies inputs in and outputs out (~3 TB/s); it saves ~20 us of launch
-        overhead per step. Big elementwise programs (W3) run faster launched directly."""
-        nbytes = sum(a.aval.size * a.aval.dtype.itemsize for a in args) + sum(
-            o.aval.size * o.aval.dtype.itemsize for o in self.expr.outs)
-        return nbytes / 3e12 < 20e-6 * len(self.steps)
-
-    def _capture(self, args):
-        from cuda.bindings import driver as cb
-        cuda = runtime.load()
-        self.pool = arrays.SubPool(arrays.pool())
-        with arrays.using_pool(self.pool):
-            self.in_bufs = [self.pool.empty(a.aval.shape, a.aval.dtype) for a in args]
-            for dst, a in zip(self.in_bufs, args):   # warm the copy kernels, fill the inputs
-                ew.run("copy", [a.buf], a.aval.dtype, out=dst)
-        # a non-blocking stream: capture may not touch the legacy default stream, so replays
-        # order themselves against it with events instead
-        self.handle = _ok(cb.cuStreamCreate(cb.CUstream_flags.CU_STREAM_NON_BLOCKING.value))
-        self.stream = cuda.external_stream(int(self.handle))
-        flags = cb.CUevent_flags.CU_EVENT_DISABLE_TIMING.value
-        self.ev_in, self.ev_out = _ok(cb.cuEventCreate(flags)), _ok(cb.cuEventCreate(flags))
-        cuda.synchronize()
-        runtime._stream, runtime._deferred = self.stream, []
-        handle = self.handle
-        _ok(cb.cuStreamBeginCapture(handle, cb.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED))
-        try:
-            with arrays.using_pool(self.pool):
-                outs = self._run(self.in_bufs)
-        finally:
-            err, graph = cb.cuStreamEndCapture(handle)
-            self.deferred, runtime._stream, runtime._deferred = runtime._deferred, None, None
-        _ok((err,))
-        self.out_bufs = outs
-        # replays copy through raw addresses: (address, bytes, shape) of the plan's own buffers
-        ptr = self.backend.pointer
-        self.in_addr = [(ptr(b), b.size * b.dtype.itemsize, b.shape) for b in self.in_bufs]
-        self.out_addr = [(ptr(b), b.size * b.dtype.itemsize, b.is_contiguous())
-                         for b in self.out_bufs]
-        self.stream_int = int(self.handle)
-        self._graph_obj = graph
-        self.graph = _ok(cb.cuGraphInstantiate(graph, 0))
-
-    def __del__(self):
-        if getattr(self, "graph", None) is None:
-            return
-        try:
-            from cuda.bindings import driver as cb
-            cb.cuStreamSynchronize(self.handle)
-            cb.cuGraphExecDestroy(self.graph)
-            cb.cuGraphDestroy(self._graph_obj)
-            cb.cuEventDestroy(self.ev_in)
-            cb.cuEventDestroy(self.ev_out)
-            cb.cuStreamDestroy(self.handle)
-        except Exception:  # noqa: BLE001 - interpreter shutdown
-            pass
-
-    def _replay(self, args):
-        from cuda.bindings import driver as cb
-        runtime._stream = self.stream
-        legacy = cb.CUstream(0)
-        try:
-            _ok(cb.cuEventRecord(self.ev_in, legacy))   # after the eager work queued so far
-            _ok(cb.cuStreamWaitEvent(self.handle, self.ev_in, 0))
-            copy, ptr, h = runtime.memcpy_dtod_async(), self.backend.pointer, self.stream_int
-            for dst, (addr, n, shape), a in zip(self.in_bufs, self.in_addr, args):
-                src = a.buf
-                if n and src.shape == shape and src.is_contiguous():
-                    _copy_ok(copy(addr, ptr(src), n, h), n)
-                elif n:   # a strided view: the elementwise copy kernel, on the plan's stream
-                    ew.run("copy", [src], dst.dtype, out=dst)
-            _ok(cb.cuGraphLaunch(self.graph, self.handle))
-            outs = []
-            pool = arrays.pool()
-            for b, (addr, n, contig), o in zip(self.out_bufs, self.out_addr, self.expr.outs):
-                dst = pool.empty(o.aval.shape, o.aval.dtype)
-                if n and contig:
-                    _copy_ok(copy(ptr(dst), addr, n, h), n)
-                elif n:
-                    ew.run("copy", [b], dst.dtype, out=dst)
-                outs.append(dst)
-            _ok(cb.cuEventRecord(self.ev_out, self.handle))  # later eager work waits for us
-            _ok(cb.cuStreamWaitEvent(legacy, self.ev_out, 0))
-        finally:
-            runtime._stream = None
-        for err, raise_if_bad, src in self.deferred:
-            from ..core import source_info
-            with source_info(src):
-                raise_if_bad(err)
-        return [Array(b, o.aval, "cuda") for b, o in zip(outs, self.expr.outs)]
-
-    def _run_fused(self, i, c, env):
+    def _run_fused(self, c, env):
         inputs = fusion.external_inputs(c)
         bufs = [env[v] for v in inputs]
         layout = tuple(fusion.layout_of(v, b, c.shape) for v, b in zip(inputs, bufs))
-        key = (i, layout)
+        key = (id(c), layout)
         k = self.kernels.get(key)
         if k is None:
             fk = fusion.FusedKernel(c, dict(zip(inputs, layout)))
-            mod = runtime.module_from_source(fk.source.replace("{opts}", runtime.jit_opts()))
-            k = self.kernels[key] = (fk, mod.kernel)
+            k = self.kernels[key] = (fk, runtime.fused_kernel(fk.source))
         fk, kern = k
         pool = arrays.pool()
         outs = [pool.empty(o.aval.shape, o.aval.dtype) for o in c.outputs]
@@ -229,7 +251,7 @@ class Plan:
     def describe(self) -> str:
         """The kernels this plan launches, in order (views are listed as such)."""
         lines = ["kernels:"]
-        for i, (kind, s) in enumerate(self.steps):
+        for kind, s in self.steps:
             if kind == "eqn":
                 lines.append(f"  {s.prim.name} -> {s.out.aval.str_short()}")
             else:
@@ -245,17 +267,26 @@ def _reads(kind, s):
     return fusion.external_inputs(s)
 
 
-def _copy_ok(err: int, nbytes: int):
+def _contiguous(buf, copy=False):
+    """A C-contiguous buffer equal to buf (a copy when strided, or when copy=True)."""
+    from . import elementwise as ew
+    if copy:
+        return ew.run("copy", [buf], buf.dtype)
+    return ew.contiguous(buf)
+
+
+def _copy_raw(dst, src, stream_handle=0):
+    """Copy src's bytes into dst (both memplan/pool Raws) on the given stream."""
+    n = min(dst.nbytes, src.nbytes)
+    if runtime.SIM:
+        dst.dev[:n].copy_to_device(src.dev[:n])
+        return
+    err = runtime.memcpy_dtod_async()(dst.ptr(), src.ptr(), n, stream_handle)
     if err:
-        raise RuntimeError(f"cuMemcpyDtoDAsync of {nbytes} bytes in a graph replay failed "
-                           f"(CUresult {err})")
+        raise RuntimeError(f"cuMemcpyDtoDAsync of {n} bytes failed (CUresult {err})")
 
 
-def _ok(res):
-    """Check a cuda.bindings (CUresult, *values) tuple; return the value."""
-    if not isinstance(res, tuple):
-        res = (res,)
-    err = res[0]
-    if int(err) != 0:
-        raise RuntimeError(f"CUDA graph call failed: {err}")
-    return res[1] if len(res) == 2 else res[1:]
+def _raise_deferred(deferred):
+    for err, raise_if_bad, src in deferred:
+        with source_info(src):
+            raise_if_bad(err)

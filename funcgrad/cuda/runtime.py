@@ -149,6 +149,11 @@ def kernel(key: tuple, make_source, name: str = "kernel"):
     return k
 
 
+def fused_kernel(source: str):
+    """The compiled kernel of a fused cluster's generated source (shared by equal sources)."""
+    return module_from_source(source.replace("{opts}", jit_opts())).kernel
+
+
 def jit_opts() -> str:
     """Decorator options for generated kernels (the simulator rejects some)."""
     return "cache=True"
@@ -160,6 +165,8 @@ def jit_opts() -> str:
 
 _stream = None     # numba Stream of the plan being captured or replayed; None: legacy default
 _deferred = None   # list while capturing: device error flags to read back after each replay
+_on_defer = None   # while a graph is captured: called with each deferred flag buffer
+after_sync: list = []   # called after the host waited for the device (deferred graph checks)
 
 
 def stream():
@@ -179,3 +186,5 @@ def check_now_or_later(err, raise_if_bad):
         return
     from ..core import user_frame_src
     _deferred.append((err, raise_if_bad, user_frame_src()))
+    if _on_defer is not None:
+        _on_defer(err)

@@ -1,0 +1,254 @@
+"""CUDA-graph replay of a planned step, bound to where its arguments are.
+
+A `GraphSet` keeps a few instantiated graphs of one Plan, keyed by the output set they write and
+by the address of every argument read in place. An argument is read in place ("direct") when it
+is a result of this plan held in the other output set, or when it sits at the same address as
+in the previous call (an unchanged batch, a constant); any other argument is copied into a
+staging buffer of the plan first (one device copy). A training loop that feeds a step's
+results back therefore alternates between two graphs and copies nothing.
+
+Device checks (index bounds) inside a graph add their flags into a small mapped (host-visible)
+array right after they run; the host reads it at the start of the next call of the plan and
+when results are read (`to_host`, `block_until_ready`), and raises there: no per-call
+synchronization.
+"""
+from __future__ import annotations
+
+import weakref
+from collections import OrderedDict
+
+import numpy as np
+
+from ..core import source_info
+from . import arrays, memplan, runtime
+from .arrays import DeviceBuffer, c_strides
+
+MAX_GRAPHS = 6
+BIG = np.iinfo(np.int64).max
+_plans_with_checks: weakref.WeakSet = weakref.WeakSet()
+
+_ACCUMULATE = """
+@cuda.jit(cache=True)
+def kernel(err, off, sticky, j):
+    if cuda.grid(1) == 0:
+        c = err[off]
+        if c != 0:
+            sticky[j, 0] += c
+            if err[off + 1] < sticky[j, 1]:
+                sticky[j, 1] = err[off + 1]
+"""
+
+
+def _accumulate():
+    return runtime.kernel(("graph_accumulate",), lambda: _ACCUMULATE)
+
+
+class _Entry:
+    __slots__ = ("deferred", "exec", "graph", "staged", "sticky", "templates")
+
+
+class GraphSet:
+    """The graphs of one Plan (real GPUs only)."""
+
+    def __init__(self, plan):
+        from cuda.bindings import driver as cb
+        self.plan = plan
+        self.entries: OrderedDict = OrderedDict()
+        self.last: list = []
+        self.staging: dict = {}
+        self.handle = _ok(cb.cuStreamCreate(cb.CUstream_flags.CU_STREAM_NON_BLOCKING.value))
+        self.stream = runtime.load().external_stream(int(self.handle))
+        flags = cb.CUevent_flags.CU_EVENT_DISABLE_TIMING.value
+        self.ev_in, self.ev_out = _ok(cb.cuEventCreate(flags)), _ok(cb.cuEventCreate(flags))
+        self._cb = cb
+        self._legacy = cb.CUstream(0)
+        self._copy = runtime.memcpy_dtod_async()
+
+    # the call -------------------------------------------------------------------------------
+
+    def __call__(self, bufs):
+        self.check()
+        plan, cb = self.plan, self._cb
+        s = plan.choose_set(bufs)
+        if len(self.last) != len(bufs):
+            self.last = [None] * len(bufs)
+        key = []
+        for i, b in enumerate(bufs):
+            blk = b.block
+            addr = (blk.ptr(), b.offset)
+            own = type(blk) is memplan.PlanBlock and blk.owner is plan
+            direct = (blk.set_id != s) if own else addr == self.last[i]
+            self.last[i] = addr
+            key.append(addr if direct else None)
+        key = (s, tuple(key))
+        entry = self.entries.get(key)
+        if entry is None:
+            entry = self._capture(key, bufs, s)
+        else:
+            self.entries.move_to_end(key)
+        h = int(self.handle)
+        runtime._stream = self.stream
+        try:
+            _ok(cb.cuEventRecord(self.ev_in, self._legacy))  # after the eager work so far
+            _ok(cb.cuStreamWaitEvent(self.handle, self.ev_in, 0))
+            plan.release_set(s, h)
+            for i, dst in entry.staged:
+                b = bufs[i]
+                n = b.size * b.dtype.itemsize
+                if n:
+                    err = self._copy(dst, b.block.ptr() + b.offset * b.dtype.itemsize, n, h)
+                    if err:
+                        raise RuntimeError(f"staging copy of {n} bytes failed ({err})")
+            _ok(cb.cuGraphLaunch(entry.exec, self.handle))
+            _ok(cb.cuEventRecord(self.ev_out, self.handle))   # later eager work waits
+            _ok(cb.cuStreamWaitEvent(self._legacy, self.ev_out, 0))
+        finally:
+            runtime._stream = None
+        return self._results(entry, bufs, s)
+
+    def _results(self, entry, bufs, s):
+        raws = self.plan.out_set(s)
+        blocks, outs = {}, []
+        for kind, a, shape, strides, offset, dtype in entry.templates:
+            if kind == "slot":
+                blk = blocks.get(a)
+                if blk is None:
+                    blk = blocks[a] = memplan.PlanBlock(raws[a], self.plan, s)
+                outs.append(DeviceBuffer(blk, shape, strides, offset, dtype))
+            elif kind == "input":
+                b = bufs[a]
+                outs.append(DeviceBuffer(b.block, shape, strides, b.offset + offset, dtype))
+            else:
+                outs.append(a)
+        self.plan.live[s] = [weakref.ref(b) for b in blocks.values()]
+        return outs
+
+    # capture --------------------------------------------------------------------------------
+
+    def _staging(self, i, b) -> DeviceBuffer:
+        st = self.staging.get(i)
+        if st is None or st.shape != b.shape or st.dtype != b.dtype:
+            st = self.staging[i] = arrays.pool().empty(b.shape, b.dtype)
+        return st
+
+    def staging_bytes(self) -> int:
+        return sum(b.block.raw.nbytes for b in self.staging.values())
+
+    def _capture(self, key, bufs, s):
+        cb, plan = self._cb, self.plan
+        cuda = runtime.load()
+        ins = [b if k is not None else self._staging(i, b) for i, (b, k) in
+               enumerate(zip(bufs, key[1]))]
+        acc = _accumulate()
+        sticky = cuda.mapped_array((16, 2), np.int64)
+        sticky[:, 0], sticky[:, 1] = 0, BIG
+        tmp = arrays.pool().empty((2,), np.int64)
+        acc[1, 1](tmp.arr(), tmp.offset, sticky, 0)   # compiled and loaded before the capture
+        sticky[:, 0], sticky[:, 1] = 0, BIG
+        pool = memplan.ArenaPool(plan.layout, plan._arena(), plan.out_set(s), plan, s)
+        cuda.synchronize()
+        deferred = []
+
+        def on_defer(err):
+            if len(deferred) >= sticky.shape[0]:
+                raise RuntimeError("more than 16 device checks in one step")
+            acc[1, 1, self.stream](err.arr(), err.offset, sticky, len(deferred))
+            deferred.append(err)
+
+        runtime._stream, runtime._deferred, runtime._on_defer = self.stream, [], on_defer
+        _ok(cb.cuStreamBeginCapture(self.handle,
+                                    cb.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED))
+        try:
+            with arrays.using_pool(pool):
+                outs = plan._run(ins)
+        finally:
+            err, graph = cb.cuStreamEndCapture(self.handle)
+            checks = runtime._deferred
+            runtime._stream, runtime._deferred, runtime._on_defer = None, None, None
+        _ok((err,))
+        if pool.k != len(plan.layout.sizes):
+            raise memplan.PlanMismatch(f"{pool.k} allocations, recorded "
+                                       f"{len(plan.layout.sizes)}")
+        e = _Entry()
+        e.graph, e.exec = graph, _ok(cb.cuGraphInstantiate(graph, 0))
+        e.sticky, e.deferred = sticky, checks
+        e.staged = [(i, ins[i].block.ptr() + ins[i].offset * ins[i].dtype.itemsize)
+                    for i, k in enumerate(key[1]) if k is None]
+        e.templates = self._templates(outs, ins, pool, s)
+        self.entries[key] = e
+        if checks:
+            _plans_with_checks.add(self)
+        while len(self.entries) > MAX_GRAPHS:
+            _, old = self.entries.popitem(last=False)
+            self._destroy(old)
+        return e
+
+    def _templates(self, outs, ins, pool, s):
+        slot_of = {id(b): j for j, b in pool.out_blocks.items()}
+        in_of = {id(b.block): i for i, b in enumerate(ins)}
+        tpl = []
+        for o in outs:
+            blk = o.block
+            if id(blk) in slot_of and blk.set_id == s:
+                tpl.append(("slot", slot_of[id(blk)], o.shape, o.strides, o.offset, o.dtype))
+            elif id(blk) in in_of:
+                i = in_of[id(blk)]
+                tpl.append(("input", i, o.shape, o.strides, o.offset - ins[i].offset, o.dtype))
+            else:      # constants and literals of the plan: immutable
+                tpl.append(("fixed", o, None, None, None, None))
+        return tpl
+
+    # device checks --------------------------------------------------------------------------
+
+    def check(self):
+        """Raise for any device check that failed in an earlier replay."""
+        for e in self.entries.values():
+            if not e.deferred:
+                continue
+            bad = np.flatnonzero(e.sticky[:len(e.deferred), 0])
+            if bad.size:
+                j = int(bad[0])
+                flags = np.array(e.sticky[j])
+                e.sticky[:, 0], e.sticky[:, 1] = 0, BIG
+                err, raise_if_bad, src = e.deferred[j]
+                host = arrays.from_host(flags)
+                with source_info(src):
+                    raise_if_bad(host)
+
+    def _destroy(self, e):
+        try:
+            self._cb.cuGraphExecDestroy(e.exec)
+            self._cb.cuGraphDestroy(e.graph)
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+    def __del__(self):
+        try:
+            cb = self._cb
+            cb.cuStreamSynchronize(self.handle)
+            for e in self.entries.values():
+                self._destroy(e)
+            cb.cuEventDestroy(self.ev_in)
+            cb.cuEventDestroy(self.ev_out)
+            cb.cuStreamDestroy(self.handle)
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
+def check_all():
+    """Raise for failed device checks of any plan's earlier replays (after a synchronize)."""
+    for g in list(_plans_with_checks):
+        g.check()
+
+
+runtime.after_sync.append(check_all)
+
+
+def _ok(res):
+    """Check a cuda.bindings (CUresult, *values) tuple; return the value."""
+    if not isinstance(res, tuple):
+        res = (res,)
+    err = res[0]
+    if int(err) != 0:
+        raise RuntimeError(f"CUDA graph call failed: {err}")
+    return res[1] if len(res) == 2 else res[1:]

@@ -1,0 +1,184 @@
+"""The static memory plan of a jitted step: one arena, every buffer at an offset fixed by liveness.
+
+A plan's second call runs with a `Recorder` pool: every allocation the step's kernels make is
+logged with the event clock at which it is made and at which its last view dies. `pack` then
+gives each allocation an offset in one arena (largest first, lowest offset whose address range
+is free for the allocation's whole lifetime), so buffers whose lifetimes do not overlap share
+memory. Later calls run with an `ArenaPool`, which hands out the k-th allocation at its planned
+offset: no allocation inside a step, and the arena's size is the step's peak of intermediates.
+
+Allocations still alive when the step ends (its results, and device error flags read after the
+step) are not packed with the rest: results go to the plan's output sets (two, used in turn, so
+a step may read the previous step's results while writing new ones), flags to the arena's tail.
+"""
+from __future__ import annotations
+
+import weakref
+
+from .arrays import Block, Pool, Raw
+
+ALIGN = 256
+
+
+def _align(n: int) -> int:
+    return -(-max(n, 1) // ALIGN) * ALIGN
+
+
+class PlanMismatch(RuntimeError):
+    """A step asked for other allocations than the recorded ones (the plan falls back)."""
+
+
+class _RecBlock:
+    """A real pool block whose death is logged on the recorder's clock."""
+    __slots__ = ("__weakref__", "inner", "k", "rec")
+
+    def __init__(self, inner, rec, k):
+        self.inner, self.rec, self.k = inner, rec, k
+
+    def typed(self, dtype):
+        return self.inner.typed(dtype)
+
+    def ptr(self) -> int:
+        return self.inner.ptr()
+
+    def __del__(self):
+        try:
+            self.rec.freed(self.k)
+        except Exception:   # interpreter shutdown
+            pass
+
+
+class Recorder(Pool):
+    """Allocates from `parent` and logs (size, birth, death) of every allocation in order."""
+
+    def __init__(self, parent: Pool):
+        super().__init__()
+        self.parent = parent
+        self.sizes: list[int] = []
+        self.life: list[list] = []    # [birth, death or None]
+        self.blocks: list = []        # weak references, to find the allocations still alive
+        self.clock = 0
+
+    def alloc(self, nbytes: int):
+        k = len(self.sizes)
+        self.sizes.append(int(nbytes))
+        self.life.append([self.clock, None])
+        self.clock += 1
+        blk = _RecBlock(self.parent.alloc(nbytes), self, k)
+        self.blocks.append(weakref.ref(blk))
+        return blk
+
+    def freed(self, k: int):
+        self.life[k][1] = self.clock
+        self.clock += 1
+
+
+class Layout:
+    """Where each recorded allocation lives: ("arena", offset) or ("out", index)."""
+
+    def __init__(self, sizes, places, arena_bytes, out_sizes):
+        self.sizes, self.places = sizes, places
+        self.arena_bytes, self.out_sizes = arena_bytes, out_sizes
+
+    def __repr__(self):
+        return (f"Layout({len(self.sizes)} allocations, arena {self.arena_bytes} B, "
+                f"{len(self.out_sizes)} outputs {sum(self.out_sizes)} B)")
+
+
+def pack(rec: Recorder, out_blocks) -> Layout:
+    """Offsets by liveness for every allocation of `rec`; `out_blocks` are the recorder's blocks
+    the step's results live in (each gets a slot of its own in the output sets)."""
+    out_k = {}
+    for b in out_blocks:
+        if isinstance(b, _RecBlock) and b.rec is rec and b.k not in out_k:
+            out_k[b.k] = len(out_k)
+    end = rec.clock + 1
+    lives = [(s, d if d is not None else end) for s, d in rec.life]
+    order = sorted((k for k in range(len(rec.sizes)) if k not in out_k),
+                   key=lambda k: (-rec.sizes[k], lives[k][0]))
+    placed: list[tuple[int, int, int, int]] = []   # (offset, end offset, birth, death)
+    places: list = [None] * len(rec.sizes)
+    top = 0
+    for k in order:
+        size = _align(rec.sizes[k])
+        b, d = lives[k]
+        busy = sorted((o, e) for o, e, pb, pd in placed if pb < d and b < pd)
+        off = 0
+        for o, e in busy:
+            if off + size <= o:
+                break
+            off = max(off, e)
+        placed.append((off, off + size, b, d))
+        places[k] = ("arena", off)
+        top = max(top, off + size)
+    out_sizes = [0] * len(out_k)
+    for k, j in out_k.items():
+        places[k] = ("out", j)
+        out_sizes[j] = _align(rec.sizes[k])
+    return Layout(list(rec.sizes), places, top, out_sizes)
+
+
+class PlanBlock(Block):
+    """A view of plan-owned memory (the arena or an output set).
+
+    Output blocks know their plan and set; `detach` moves a result the user still holds to
+    memory of its own before the plan writes that set again."""
+    __slots__ = ("owner", "set_id")
+
+    def __init__(self, raw, owner=None, set_id=None):
+        self.raw, self.pool, self.owner, self.set_id = raw, None, owner, set_id
+
+    def detach(self, pool: Pool, copy):
+        """Copy this block's bytes to a fresh pool block and point the block there."""
+        new = pool.alloc(self.raw.nbytes)
+        copy(new.raw, self.raw)
+        self.raw, self.pool, self.owner, self.set_id = new.raw, pool, None, None
+        new.raw = None    # ownership moved to self (released when self dies)
+        new.pool = _NoPool
+
+    def __del__(self):
+        if self.pool is not None:
+            try:
+                self.pool.release(self.raw)
+            except Exception:   # interpreter shutdown
+                pass
+
+
+class _NoPool:
+    @staticmethod
+    def release(raw):
+        pass
+
+
+def sub_raw(raw: Raw, offset: int, nbytes: int) -> Raw:
+    """A Raw over the aligned bytes [offset, offset + nbytes) of `raw` (a device-array slice)."""
+    n = _align(nbytes)
+    return Raw(raw.dev[offset:offset + n], n)
+
+
+class ArenaPool(Pool):
+    """Hands out the recorded allocations at their planned places, in recorded order."""
+
+    def __init__(self, layout: Layout, arena: list, outs: list, owner=None, set_id=None):
+        super().__init__()
+        self.layout, self.arena, self.outs = layout, arena, outs
+        self.owner, self.set_id = owner, set_id
+        self.k = 0
+        self.out_blocks: dict[int, PlanBlock] = {}
+
+    def alloc(self, nbytes: int):
+        k = self.k
+        lay = self.layout
+        if k >= len(lay.sizes) or lay.sizes[k] != nbytes:
+            want = lay.sizes[k] if k < len(lay.sizes) else "none"
+            raise PlanMismatch(f"allocation {k} asked {nbytes} bytes, the plan recorded {want}")
+        self.k += 1
+        where, i = lay.places[k]
+        if where == "arena":
+            return PlanBlock(self.arena[k])
+        blk = PlanBlock(self.outs[i], self.owner, self.set_id)
+        self.out_blocks[i] = blk
+        return blk
+
+    def release(self, raw):
+        pass

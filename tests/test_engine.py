@@ -1,0 +1,163 @@
+"""The jit engine on CUDA: static memory plans, result sets fed back without copies, donation."""
+import gc
+
+import numpy as np
+import pytest
+
+import funcgrad
+import funcgrad.numpy as fnp
+from funcgrad import optim
+
+pytestmark = pytest.mark.cuda
+
+
+@pytest.fixture(scope="module")
+def cuda():
+    from funcgrad import cuda as fcuda
+    if not fcuda.usable():
+        pytest.skip("no CUDA backend (set NUMBA_ENABLE_CUDASIM=1)")
+    return fcuda
+
+
+def _mlp_step():
+    opt = optim.adam(1e-2)
+
+    def loss(p, x, y):
+        h = fnp.tanh(x @ p["w1"] + p["b1"])
+        return fnp.mean((h @ p["w2"] - y) ** 2)
+
+    def step(p, s, x, y):
+        val, g = funcgrad.value_and_grad(loss)(p, x, y)
+        u, s = opt.update(g, s, p)
+        return optim.apply_updates(p, u), s, val
+
+    rng = np.random.default_rng(0)
+    p = {"w1": rng.standard_normal((3, 4)).astype(np.float32),
+         "b1": np.zeros(4, np.float32),
+         "w2": rng.standard_normal((4, 2)).astype(np.float32)}
+    x = rng.standard_normal((5, 3)).astype(np.float32)
+    y = rng.standard_normal((5, 2)).astype(np.float32)
+    return step, opt, p, x, y
+
+
+def _loop(step, opt, p, x, y, device, n):
+    p = funcgrad.device_put(p, device)
+    s = opt.init(p)
+    x, y = funcgrad.device_put(x, device), funcgrad.device_put(y, device)
+    vals = []
+    for _ in range(n):
+        p, s, val = step(p, s, x, y)
+        vals.append(val)            # results held across calls must keep their values
+    return p, [float(v) for v in vals]
+
+
+def test_planned_loop_matches_cpu_and_allocates_nothing(cuda):
+    step, opt, p, x, y = _mlp_step()
+    want_p, want_vals = _loop(funcgrad.jit(step), opt, p, x, y, "cpu", 6)
+    jstep = funcgrad.jit(step)
+    got_p, got_vals = _loop(jstep, opt, p, x, y, "cuda", 6)
+    np.testing.assert_allclose(got_vals, want_vals, rtol=1e-5, atol=1e-6)
+    for k in want_p:
+        np.testing.assert_allclose(np.asarray(got_p[k]), np.asarray(want_p[k]), rtol=1e-5,
+                                   atol=1e-6)
+    plan = jstep.lower(got_p, optim.adam(1e-2).init(got_p), x, y).compile()
+    assert plan.layout is not None and plan.static_ok, plan.static_error
+    # steady state: more steps allocate nothing new from the pool
+    pool = cuda.memory_stats
+    ps = funcgrad.device_put(got_p, "cuda")
+    s = opt.init(ps)
+    xd, yd = funcgrad.device_put(x, "cuda"), funcgrad.device_put(y, "cuda")
+    for _ in range(3):
+        ps, s, _ = jstep(ps, s, xd, yd)
+    gc.collect()
+    before = pool()
+    for _ in range(4):
+        ps, s, _ = jstep(ps, s, xd, yd)
+    after = pool()
+    assert after["driver_allocs"] == before["driver_allocs"]
+    assert after["in_use"] == before["in_use"]
+
+
+def test_results_alternate_between_two_sets(cuda):
+    f = funcgrad.jit(lambda a: a * 2.0 + 1.0)
+    a = funcgrad.device_put(np.arange(4, dtype=np.float32), "cuda")
+    outs = [a]
+    for _ in range(6):
+        outs.append(f(outs[-1]))
+    want = np.arange(4, dtype=np.float32)
+    for o in outs[1:]:
+        want = want * 2 + 1
+    # every intermediate result kept its value although the plan reuses two result sets
+    w = np.arange(4, dtype=np.float32)
+    for o in outs[1:]:
+        w = w * 2 + 1
+        np.testing.assert_array_equal(np.asarray(o), w)
+    plan = f.lower(outs[-1]).compile()
+    assert plan.out_sets[0] is not None and plan.out_sets[1] is not None
+
+
+def test_two_jitted_functions_interleaved(cuda):
+    f = funcgrad.jit(lambda a: fnp.sin(a) + a)
+    g = funcgrad.jit(lambda a: fnp.cos(a) * a)
+    xs = [np.linspace(0, 1, 7, dtype=np.float32) + k for k in range(5)]
+    got = []
+    for x in xs:
+        xd = funcgrad.device_put(x, "cuda")
+        got.append((f(xd), g(xd), f(g(xd))))
+    for x, (a, b, c) in zip(xs, got):
+        np.testing.assert_allclose(np.asarray(a), np.sin(x) + x, rtol=1e-6)
+        np.testing.assert_allclose(np.asarray(b), np.cos(x) * x, rtol=1e-6)
+        np.testing.assert_allclose(np.asarray(c), np.sin(np.cos(x) * x) + np.cos(x) * x,
+                                   rtol=1e-5)
+
+
+def test_changed_shape_replans(cuda):
+    f = funcgrad.jit(lambda a: (a * a).sum(axis=0))
+    for n in (3, 3, 3, 5, 5, 5, 3):
+        x = np.arange(n * 2, dtype=np.float32).reshape(n, 2)
+        got = f(funcgrad.device_put(x, "cuda"))
+        np.testing.assert_allclose(np.asarray(got), (x * x).sum(0))
+    assert f.stats()["cache_size"] == 2
+
+
+def test_planned_peak_is_what_the_pool_holds(cuda):
+    f = funcgrad.jit(lambda a, b: fnp.tanh(a @ b).sum() + (a * 2).mean())
+    a = funcgrad.device_put(np.ones((8, 6), np.float32), "cuda")
+    b = funcgrad.device_put(np.ones((6, 5), np.float32), "cuda")
+    low = f.lower(a, b)
+    peak = low.peak_bytes()
+    plan = low.compile()
+    assert plan.layout is not None
+    held = plan.planned_bytes()
+    args = sum(-(-x.size * 4 // 256) * 256 for x in (a, b))
+    consts = peak - args - held["arena"] - sum(plan.layout.out_sizes)
+    assert consts >= 0
+    assert held["arena"] == plan.layout.arena_bytes
+    # the arena is no larger than every intermediate side by side, and no smaller than the
+    # largest single intermediate
+    sizes = [s for s, p in zip(plan.layout.sizes, plan.layout.places) if p[0] == "arena"]
+    assert max(sizes) <= held["arena"] <= sum(-(-s // 256) * 256 for s in sizes)
+    np.testing.assert_allclose(float(f(a, b)), np.tanh(6.0) * 5 * 8 + 2.0, rtol=1e-5)
+
+
+def test_donated_arguments_are_deleted(cuda):
+    f = funcgrad.jit(lambda p, x: p + x, donate_argnums=0)
+    p = funcgrad.device_put(np.ones(3, np.float32), "cuda")
+    x = funcgrad.device_put(np.ones(3, np.float32), "cuda")
+    out = f(p, x)
+    assert p.is_deleted() and not x.is_deleted()
+    with pytest.raises(RuntimeError, match="donated to jit"):
+        np.asarray(p)
+    with pytest.raises(RuntimeError, match="donated to jit"):
+        f(p, x)
+    for _ in range(4):
+        out = f(out, x)
+    np.testing.assert_array_equal(np.asarray(out), np.full(3, 6.0, np.float32))
+
+
+def test_donation_on_cpu_too():
+    f = funcgrad.jit(lambda p: p * 2, donate_argnums=(0,))
+    p = funcgrad.device_put(np.ones(2, np.float32), "cpu")
+    q = f(p)
+    assert p.is_deleted()
+    np.testing.assert_array_equal(np.asarray(q), [2.0, 2.0])
