@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -12,6 +12,33 @@ from ..tree_util import tree_leaves, tree_map
 Params = Any  # a pytree of arrays
 Updates = Params  # gradients, or updates derived from them: a pytree shaped like the params
 OptState = Any  # a pytree (usually NamedTuples of arrays)
+ArrayTree = Any  # any pytree of arrays
+Schedule = Callable[[Any], Any]  # step count -> value
+ScalarOrSchedule = Any  # a float, a scalar array, or a Schedule
+MaskOrFn = Any  # None, a pytree of bools, or a function params -> pytree of bools
+
+
+class TransformInitFn(Protocol):
+    """``init(params) -> state``."""
+
+    def __call__(self, params: Params) -> OptState:
+        """Builds the initial state for ``params``."""
+
+
+class TransformUpdateFn(Protocol):
+    """``update(updates, state, params=None) -> (updates, state)``."""
+
+    def __call__(self, updates: Updates, state: OptState,
+                 params: Params | None = None) -> tuple[Updates, OptState]:
+        """Transforms ``updates``."""
+
+
+class TransformUpdateExtraArgsFn(Protocol):
+    """``update(updates, state, params=None, **extra_args) -> (updates, state)``."""
+
+    def __call__(self, updates: Updates, state: OptState, params: Params | None = None,
+                 **extra_args: Any) -> tuple[Updates, OptState]:
+        """Transforms ``updates``; may read keyword arguments such as ``value``."""
 
 NO_PARAMS_MSG = ("You are using a transformation that requires the current value of the "
                  "parameters, but you did not pass `params` when calling `update`.")
@@ -39,6 +66,37 @@ class GradientTransformation(NamedTuple):
     update: Callable[..., tuple[Updates, OptState]]
 
 
+class GradientTransformationExtraArgs(GradientTransformation):
+    """A GradientTransformation whose ``update`` accepts keyword ``**extra_args`` (for example
+    ``value=`` for Polyak step sizes and line searches) and forwards them to inner transforms.
+
+    Example:
+        >>> from funcgrad import optim
+        >>> t = optim.chain(optim.scale(2.0))
+        >>> isinstance(t, optim.GradientTransformationExtraArgs)
+        True
+        >>> t.update(fnp.ones(1), t.init(None), value=3.0)[0].tolist()
+        [2.0]
+    """
+
+
+def with_extra_args_support(tx: GradientTransformation) -> GradientTransformationExtraArgs:
+    """Wraps ``tx`` so that its ``update`` accepts (and ignores) keyword extra arguments.
+
+    Example:
+        >>> t = with_extra_args_support(identity())
+        >>> t.update(1.0, t.init(None), value=2.0)[0]
+        1.0
+    """
+    if isinstance(tx, GradientTransformationExtraArgs):
+        return tx
+
+    def update(updates, state, params=None, **extra_args):
+        del extra_args
+        return tx.update(updates, state, params)
+    return GradientTransformationExtraArgs(tx.init, update)
+
+
 class EmptyState(NamedTuple):
     """The state of a stateless transformation (a pytree with no leaves)."""
 
@@ -63,7 +121,52 @@ def identity() -> GradientTransformation:
     return GradientTransformation(init_empty_state, update)
 
 
-def chain(*transforms: GradientTransformation) -> GradientTransformation:
+def set_to_zero() -> GradientTransformation:
+    """Replaces every update by zeros (used to freeze parameters).
+
+    Example:
+        >>> t = set_to_zero()
+        >>> t.update(fnp.ones(2), t.init(None))[0].tolist()
+        [0.0, 0.0]
+    """
+    def update(updates, state, params=None):
+        del params
+        return tree_map(fnp.zeros_like, updates), state
+    return GradientTransformation(init_empty_state, update)
+
+
+def stateless(f: Callable) -> GradientTransformation:
+    """A stateless transformation from ``f(updates, params) -> updates`` (whole trees).
+
+    Example:
+        >>> t = stateless(lambda u, p: tree_map(lambda x: 2 * x, u))
+        >>> t.update(fnp.ones(1), t.init(None))[0].tolist()
+        [2.0]
+    """
+    def update(updates, state, params=None):
+        del state
+        return f(updates, params), EmptyState()
+    return GradientTransformation(init_empty_state, update)
+
+
+def stateless_with_tree_map(f: Callable) -> GradientTransformation:
+    """A stateless transformation from a leaf function ``f(update, param) -> update``
+    (``param`` is None when no params are passed).
+
+    Example:
+        >>> t = stateless_with_tree_map(lambda g, p: -g)
+        >>> t.update(fnp.ones(1), t.init(None))[0].tolist()
+        [-1.0]
+    """
+    def update(updates, state, params=None):
+        del state
+        if params is not None:
+            return tree_map(f, updates, params), EmptyState()
+        return tree_map(lambda u: f(u, None), updates), EmptyState()
+    return GradientTransformation(init_empty_state, update)
+
+
+def chain(*transforms: GradientTransformation) -> GradientTransformationExtraArgs:
     """Applies transformations one after the other; the state is the tuple of their states.
 
     Args:
@@ -76,24 +179,25 @@ def chain(*transforms: GradientTransformation) -> GradientTransformation:
         >>> from funcgrad import optim
         >>> adam = optim.chain(optim.scale_by_adam(), optim.scale_by_learning_rate(1e-3))
     """
+    transforms = tuple(with_extra_args_support(t) for t in transforms)
     init_fns = tuple(t.init for t in transforms)
     update_fns = tuple(t.update for t in transforms)
 
     def init(params):
         return tuple(fn(params) for fn in init_fns)
 
-    def update(updates, state, params=None):
+    def update(updates, state, params=None, **extra_args):
         if len(state) != len(update_fns):
             raise ValueError(f"chain: the state has {len(state)} entries but the chain has "
                              f"{len(update_fns)} transformations; was it made by this chain's "
                              "init?")
         new_state = []
         for fn, s in zip(update_fns, state):
-            updates, s = fn(updates, s, params)
+            updates, s = fn(updates, s, params, **extra_args)
             new_state.append(s)
         return updates, tuple(new_state)
 
-    return GradientTransformation(init, update)
+    return GradientTransformationExtraArgs(init, update)
 
 
 def apply_updates(params: Params, updates: Updates) -> Params:
@@ -122,7 +226,6 @@ def apply_updates(params: Params, updates: Updates) -> Params:
 # small numerics shared by the transformations
 # ---------------------------------------------------------------------------------------------
 
-_INT32_MAX = int(np.iinfo(np.int32).max)
 
 
 def zero_count():
@@ -131,9 +234,26 @@ def zero_count():
 
 
 def safe_increment(count):
-    """count + 1, saturating at the int32 maximum instead of wrapping."""
+    """count + 1, saturating at its dtype's maximum instead of wrapping (int or float counts).
+
+    Example:
+        >>> int(safe_increment(fnp.asarray(2147483647, fnp.int32)))
+        2147483647
+    """
     count = fnp.asarray(count)
-    return fnp.where(count < _INT32_MAX, count + 1, _INT32_MAX)
+    dt = np.dtype(count.dtype)
+    if dt.kind in "iu":
+        top = int(np.iinfo(dt).max)
+    elif dt.kind == "f":
+        top = float(np.finfo(dt).max)
+    else:
+        raise ValueError(f"safe_increment: cannot increment a count of dtype {dt}; use an "
+                         "integer or floating dtype")
+    top = fnp.asarray(top, dt)
+    return fnp.where(count < top, count + fnp.asarray(1, dt), top)
+
+
+safe_int32_increment = safe_increment
 
 
 def tree_zeros_like(tree, dtype=None):

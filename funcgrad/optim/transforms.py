@@ -79,12 +79,12 @@ def scale_by_schedule(step_size_fn: Callable) -> GradientTransformation:
     return GradientTransformation(init, update)
 
 
-def scale_by_learning_rate(learning_rate: ScalarOrSchedule, *,
+def scale_by_learning_rate(learning_rate: ScalarOrSchedule | None = None, *,
                            flip_sign: bool = True) -> GradientTransformation:
     """Scales by the learning rate, negated by default (so ``apply_updates`` descends).
 
     Args:
-        learning_rate: a float/array, or a schedule ``count -> rate``.
+        learning_rate: a float/array, or a schedule ``count -> rate`` (None: the identity).
         flip_sign: multiply by ``-learning_rate`` (the default) rather than ``learning_rate``.
 
     Example:
@@ -92,6 +92,9 @@ def scale_by_learning_rate(learning_rate: ScalarOrSchedule, *,
         >>> t.update(fnp.ones(1), t.init(None))[0].tolist()
         [-0.10000000149011612]
     """
+    if learning_rate is None:
+        from .base import identity
+        return identity()
     m = -1 if flip_sign else 1
     if callable(learning_rate):
         return scale_by_schedule(lambda count: m * learning_rate(count))
@@ -264,9 +267,11 @@ class ScaleByLionState(NamedTuple):
     mu: Any
 
 
-def scale_by_lion(b1: float = 0.9, b2: float = 0.99, mu_dtype=None) -> GradientTransformation:
+def scale_by_lion(b1: float = 0.9, b2: float = 0.99, mu_dtype=None, *, mode: str = "hard",
+                  smooth_beta: float = 1.0) -> GradientTransformation:
     """Lion's update direction (Chen et al., 2023): ``sign(b1 m + (1 - b1) g)``, then
-    ``m = b2 m + (1 - b2) g``.
+    ``m = b2 m + (1 - b2) g``. ``mode='smooth'`` uses ``tanh(smooth_beta x)`` instead of the
+    sign, ``mode='refined'`` keeps ``x`` where ``|x| < 1``.
 
     Example:
         >>> t = scale_by_lion()
@@ -274,13 +279,24 @@ def scale_by_lion(b1: float = 0.9, b2: float = 0.99, mu_dtype=None) -> GradientT
         [1.0, -1.0]
     """
     mu_dtype = fnp.canonical_dtype(mu_dtype)
+    if mode not in ("hard", "smooth", "refined"):
+        raise ValueError(f"scale_by_lion: unknown mode {mode!r}; use 'hard', 'smooth' or "
+                         "'refined'")
+
+    def comb(g, m):
+        x = (1.0 - b1) * g + b1 * m
+        if mode == "hard":
+            return fnp.sign(x)
+        if mode == "smooth":
+            return fnp.tanh(smooth_beta * x)
+        return fnp.where(fnp.abs(x) < 1.0, x, fnp.sign(x))
 
     def init(params):
         return ScaleByLionState(count=zero_count(), mu=tree_zeros_like(params, mu_dtype))
 
     def update(updates, state, params=None):
         del params
-        direction = tree_map(lambda g, m: fnp.sign((1.0 - b1) * g + b1 * m), updates, state.mu)
+        direction = tree_map(comb, updates, state.mu)
         mu = tree_cast(_update_moment(updates, state.mu, b2, 1), mu_dtype)
         return direction, ScaleByLionState(count=safe_increment(state.count), mu=mu)
     return GradientTransformation(init, update)
@@ -326,11 +342,16 @@ def trace(decay: float, nesterov: bool = False, accumulator_dtype=None) -> Gradi
     return GradientTransformation(init, update)
 
 
-def add_decayed_weights(weight_decay: float = 0.0, mask=None) -> GradientTransformation:
+class WeightDecaySchedule(NamedTuple):
+    """add_decayed_weights' state when the decay is a schedule: the step count."""
+    count: Any
+
+
+def add_decayed_weights(weight_decay=0.0, mask=None) -> GradientTransformation:
     """Adds ``weight_decay * params`` to the updates (decoupled weight decay, as in AdamW).
 
     Args:
-        weight_decay: the coefficient.
+        weight_decay: the coefficient, or a schedule ``count -> coefficient``.
         mask: optional pytree of bools (or a function ``params -> pytree of bools``) with the
             params' structure (or a prefix of it): decay applies where True.
 
@@ -340,11 +361,22 @@ def add_decayed_weights(weight_decay: float = 0.0, mask=None) -> GradientTransfo
         >>> t.update(fnp.zeros(2), t.init(params), params)[0].tolist()
         [0.10000000149011612, 0.10000000149011612]
     """
+    scheduled = callable(weight_decay)
+
+    def init(params):
+        del params
+        return WeightDecaySchedule(zero_count()) if scheduled else EmptyState()
+
     def update(updates, state, params=None):
         if params is None:
             raise ValueError(NO_PARAMS_MSG)
-        return tree_map(lambda g, p: g + cast_like(weight_decay, g) * p, updates, params), state
-    inner = GradientTransformation(init_empty_state, update)
+        new_state = WeightDecaySchedule(safe_increment(state.count)) if scheduled else state
+        if type(weight_decay) in (int, float) and weight_decay == 0.0:
+            return updates, new_state
+        s = weight_decay(state.count) if scheduled else weight_decay
+        return tree_map(lambda g, p: None if g is None else g + cast_like(s, g) * p,
+                        updates, params, is_leaf=lambda x: x is None), new_state
+    inner = GradientTransformation(init, update)
     if mask is not None:
         from .wrappers import masked
         return masked(inner, mask)
@@ -396,6 +428,7 @@ __all__ = [
     "ScaleByRmsWithCountState",
     "ScaleByScheduleState",
     "TraceState",
+    "WeightDecaySchedule",
     "add_decayed_weights",
     "clip",
     "clip_by_global_norm",

@@ -11,8 +11,9 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .. import numpy as fnp
-from ..tree_util import tree_leaves, tree_map
-from .base import GradientTransformation, safe_increment, tree_zeros_like, zero_count
+from ..tree_util import tree_leaves, tree_map, tree_structure
+from .base import GradientTransformation, GradientTransformationExtraArgs, safe_increment, \
+    tree_zeros_like, with_extra_args_support, zero_count
 
 
 def _tree_select(pred, on_true, on_false):
@@ -42,13 +43,16 @@ def _apply_mask(tree, mask_tree):
     return tree_map(keep, mask_tree, tree)
 
 
-def masked(inner: GradientTransformation, mask) -> GradientTransformation:
+def masked(inner: GradientTransformation, mask, *,
+           mask_compatible_extra_args: bool = False) -> GradientTransformationExtraArgs:
     """Applies ``inner`` only where ``mask`` is True; other updates pass through unchanged.
 
     Args:
         inner: the transformation to mask.
         mask: a pytree of bools with the structure of the params (or a prefix of it), or a
             function ``params -> such a pytree``.
+        mask_compatible_extra_args: also mask extra keyword arguments shaped like the
+            updates (others pass to ``inner`` unchanged).
 
     Example:
         >>> from funcgrad import optim
@@ -56,20 +60,26 @@ def masked(inner: GradientTransformation, mask) -> GradientTransformation:
         >>> t.update({"w": 1.0, "b": 1.0}, t.init({"w": 1.0, "b": 1.0}))[0]
         {'w': 0.0, 'b': 1.0}
     """
+    inner = with_extra_args_support(inner)
+
     def mask_for(tree):
         return mask(tree) if callable(mask) else mask
 
     def init(params):
         return MaskedState(inner.init(_apply_mask(params, mask_for(params))))
 
-    def update(updates, state, params=None):
+    def update(updates, state, params=None, **extra_args):
         mask_tree = mask_for(updates)
         inner_params = None if params is None else _apply_mask(params, mask_tree)
+        if mask_compatible_extra_args:
+            struct = tree_structure(updates)
+            extra_args = {k: (_apply_mask(v, mask_tree) if tree_structure(v) == struct else v)
+                          for k, v in extra_args.items()}
         new, inner_state = inner.update(_apply_mask(updates, mask_tree), state.inner_state,
-                                        inner_params)
+                                        inner_params, **extra_args)
         merged = tree_map(lambda m, n, old: n if m else old, mask_tree, new, updates)
         return merged, MaskedState(inner_state)
-    return GradientTransformation(init, update)
+    return GradientTransformationExtraArgs(init, update)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -85,7 +95,7 @@ class ApplyIfFiniteState(NamedTuple):
 
 
 def apply_if_finite(inner: GradientTransformation,
-                    max_consecutive_errors: int) -> GradientTransformation:
+                    max_consecutive_errors: int) -> GradientTransformationExtraArgs:
     """Skips updates containing NaN or Inf: the update becomes zero and the inner state is kept.
 
     After more than ``max_consecutive_errors`` non-finite updates in a row the update is applied
@@ -102,24 +112,26 @@ def apply_if_finite(inner: GradientTransformation,
         >>> u.tolist(), int(s.notfinite_count)
         ([0.0], 1)
     """
+    inner = with_extra_args_support(inner)
+
     def init(params):
         return ApplyIfFiniteState(notfinite_count=zero_count(),
                                   last_finite=fnp.asarray(True),
                                   total_notfinite=zero_count(),
                                   inner_state=inner.init(params))
 
-    def update(updates, state, params=None):
+    def update(updates, state, params=None, **extra_args):
         finite = fnp.asarray(True)
         for leaf in tree_leaves(updates):
             finite = finite & fnp.all(fnp.isfinite(leaf))
         notfinite_count = fnp.where(finite, 0, safe_increment(state.notfinite_count))
         apply = finite | (notfinite_count > max_consecutive_errors)
-        new_updates, new_inner = inner.update(updates, state.inner_state, params)
+        new_updates, new_inner = inner.update(updates, state.inner_state, params, **extra_args)
         new_updates = _tree_select(apply, new_updates, tree_zeros_like(new_updates))
         new_inner = _tree_select(apply, new_inner, state.inner_state)
         total = fnp.where(finite, state.total_notfinite, safe_increment(state.total_notfinite))
         return new_updates, ApplyIfFiniteState(notfinite_count, finite, total, new_inner)
-    return GradientTransformation(init, update)
+    return GradientTransformationExtraArgs(init, update)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -168,8 +180,10 @@ class MultiSteps:
     """
 
     def __init__(self, opt: GradientTransformation, every_k_schedule: int | Callable,
-                 use_grad_mean: bool = True, should_skip_update_fn: Callable | None = None):
-        self._opt = opt
+                 use_grad_mean: bool = True, should_skip_update_fn: Callable | None = None,
+                 accumulator_dtype=None):
+        self._opt = with_extra_args_support(opt)
+        self._accumulator_dtype = fnp.canonical_dtype(accumulator_dtype)
         if callable(every_k_schedule):
             self._every_k_schedule = every_k_schedule
         else:
@@ -188,17 +202,22 @@ class MultiSteps:
                 tree_zeros_like(params), zero_count(), params)[1]
         return MultiStepsState(mini_step=zero_count(), gradient_step=zero_count(),
                                inner_opt_state=self._opt.init(params),
-                               acc_grads=tree_zeros_like(params), skip_state=skip_state)
+                               acc_grads=tree_zeros_like(params, self._accumulator_dtype),
+                               skip_state=skip_state)
 
     def _accumulate(self, updates, acc, n_acc):
         if self._use_grad_mean:  # running mean: acc + (g - acc) / (n + 1)
             return tree_map(lambda g, a: a + (g - a) / (n_acc + 1), updates, acc)
         return tree_map(lambda g, a: g + a, updates, acc)
 
-    def update(self, updates, state: MultiStepsState, params=None):
+    def update(self, updates, state: MultiStepsState, params=None, **extra_args):
         k_steps = self._every_k_schedule(state.gradient_step)
         acc = self._accumulate(updates, state.acc_grads, state.mini_step)
-        final_updates, final_inner = self._opt.update(acc, state.inner_opt_state, params)
+        if self._accumulator_dtype is not None:
+            acc = tree_map(lambda a: fnp.asarray(a, self._accumulator_dtype), acc)
+        final_updates, final_inner = self._opt.update(
+            tree_map(lambda a, g: fnp.asarray(a, fnp.asarray(g).dtype), acc, updates),
+            state.inner_opt_state, params, **extra_args)
         is_final = state.mini_step >= k_steps - 1
         new_updates = _tree_select(is_final, final_updates, tree_zeros_like(final_updates))
         new_state = MultiStepsState(
@@ -221,9 +240,9 @@ class MultiSteps:
         """Whether the last call applied a real update (a bool scalar array)."""
         return (state.mini_step == 0) & (state.gradient_step > 0)
 
-    def gradient_transformation(self) -> GradientTransformation:
+    def gradient_transformation(self) -> GradientTransformationExtraArgs:
         """This optimizer as a plain ``GradientTransformation`` (for ``chain`` and friends)."""
-        return GradientTransformation(self.init, self.update)
+        return GradientTransformationExtraArgs(self.init, self.update)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -304,15 +323,16 @@ def inject_hyperparams(inner_factory: Callable, static_args=(),
             inner_state = inner_factory(**other_hps, **hparams).init(params)
             return InjectHyperparamsState(count, hparams, inner_state)
 
-        def update(updates, state, params=None):
+        def update(updates, state, params=None, **extra_args):
             dtype = _float_dtype_of(updates, hyperparam_dtype)
             hparams = {k: _convert_floats(v, dtype) for k, v in state.hyperparams.items()}
             hparams.update(scheduled(state.count, dtype))
-            updates, inner_state = inner_factory(**other_hps, **hparams).update(
-                updates, state.inner_state, params)
+            updates, inner_state = with_extra_args_support(
+                inner_factory(**other_hps, **hparams)).update(
+                updates, state.inner_state, params, **extra_args)
             return updates, InjectHyperparamsState(safe_increment(state.count), hparams,
                                                    inner_state)
-        return GradientTransformation(init, update)
+        return GradientTransformationExtraArgs(init, update)
     return wrapped
 
 
