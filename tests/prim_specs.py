@@ -511,3 +511,35 @@ def all_cases(names: Sequence[str] | None = None, dtypes: Sequence | None = None
         dts = [d for d in spec.dtypes if dtypes is None or d in {np.dtype(x) for x in dtypes}]
         out += [(name, shape, d) for shape in spec.shape_cases() for d in dts]
     return out
+
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 11: fused flash attention (funcgrad/attention_prim.py); shape case (batch, T, head_dim)
+# ---------------------------------------------------------------------------------------------
+
+def _make_attention(kind):
+    def make(rng, shape, dtype, for_grad):
+        from funcgrad import attention_prim as A
+        b, t, h = shape
+        s, hv = t + 1, max(h - 1, 1)   # T != S; 2 query heads over 1 key/value head (GQA)
+        q, k = rand(rng, (b, t, 2, h), dtype), rand(rng, (b, s, 1, h), dtype)
+        v = rand(rng, (b, s, 1, hv), dtype)
+        params = {"scale": 0.6, "causal": h % 2 == 0}
+        if kind == "attention":
+            return [q, k, v], params
+        o = A._attn_impl(q, k, v, **params)
+        do = rand(rng, o.shape, dtype)
+        if kind == "attention_stats":
+            return [q, k, o, do], params
+        return [q, k, v, do, A._stats_impl(q, k, o, do, **params)], params
+    return make
+
+
+for _name, _diff in [("attention", (0, 1, 2)), ("attention_stats", (0, 1, 2, 3)),
+                     ("attention_dq", (0, 1, 2, 3, 4)), ("attention_dkv", (0, 1, 2, 3, 4))]:
+    SPECS[_name] = PrimSpec(_name, _make_attention(_name), diff_argnums=_diff, min_ndim=3,
+                            supports_shape=lambda s: len(s) == 3,
+                            domain="q [b, t, 2, h], k [b, t + 1, 1, h], v [b, t + 1, 1, "
+                                   "max(h - 1, 1)]; causal when h is even",
+                            tol={F32: (1e-4, 1e-5)})

@@ -191,6 +191,13 @@ CUDA[FP.layer_norm_p] = lambda bufs, params, aval: fused.layer_norm(*bufs, param
 CUDA[FP.rms_norm_p] = lambda bufs, params, aval: fused.rms_norm(*bufs, params["eps"])
 
 
+# fused flash attention (funcgrad/attention_prim.py) ------------------------------------------
+
+from . import attention as _attention  # noqa: E402
+
+CUDA.update(_attention.LOWERINGS)
+
+
 def lower(prim, bufs, params, aval) -> DeviceBuffer:
     fn = CUDA.get(prim)
     if fn is None:
