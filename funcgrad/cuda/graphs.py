@@ -144,9 +144,9 @@ class GraphSet:
         sticky[:, 0], sticky[:, 1] = 0, BIG
         tmp = arrays.pool().empty((2,), np.int64)
         acc[1, 1](tmp.arr(), tmp.offset, sticky, 0)   # compiled and loaded before the capture
-        sticky[:, 0], sticky[:, 1] = 0, BIG
         pool = memplan.ArenaPool(plan.layout, plan._arena(), plan.out_set(s), plan, s)
         cuda.synchronize()
+        sticky[:, 0], sticky[:, 1] = 0, BIG
         deferred = []
 
         def on_defer(err):
