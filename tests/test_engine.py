@@ -161,3 +161,16 @@ def test_donation_on_cpu_too():
     q = f(p)
     assert p.is_deleted()
     np.testing.assert_array_equal(np.asarray(q), [2.0, 2.0])
+
+
+def test_bad_label_in_a_planned_step_raises(cuda):
+    from funcgrad import nn
+    f = funcgrad.jit(lambda x, y: nn.softmax_cross_entropy_with_integer_labels(x, y).sum())
+    x = funcgrad.device_put(np.ones((4, 3), np.float32), "cuda")
+    good = funcgrad.device_put(np.array([0, 1, 2, 0], np.int32), "cuda")
+    bad = funcgrad.device_put(np.array([0, 1, 5, 0], np.int32), "cuda")
+    for _ in range(4):   # eager, recorded, then planned (a graph on a GPU)
+        np.testing.assert_allclose(float(f(x, good)), 4 * np.log(3.0), rtol=1e-5)
+    with pytest.raises(IndexError, match="label 5"):
+        float(f(x, bad))
+    np.testing.assert_allclose(float(f(x, good)), 4 * np.log(3.0), rtol=1e-5)
