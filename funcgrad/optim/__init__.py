@@ -10,7 +10,7 @@ Example:
     >>> updates, state = opt.update(grads, state, params)
     >>> params = optim.apply_updates(params, updates)
 """
-from . import schedules, transforms
+from . import losses, schedules, transforms, tree_utils
 from .aliases import adam, adamw, lion, rmsprop, sgd
 from .aliases_more import (
                    adabelief, adadelta, adafactor, adagrad, adamax, adamaxw, adan, amsgrad,
@@ -27,6 +27,14 @@ from .base import (
                    stateless, stateless_with_tree_map, with_extra_args_support,
 )
 from .factorized import FactoredState, scale_by_factored_rms
+from .losses import (
+                   convex_kl_divergence, cosine_distance, cosine_similarity, ctc_loss,
+                   ctc_loss_with_forward_probs, generalized_kl_divergence, hinge_loss,
+                   huber_loss, kl_divergence, l2_loss, log_cosh, ntxent,
+                   safe_softmax_cross_entropy, sigmoid_binary_cross_entropy,
+                   sigmoid_focal_loss, smooth_labels, softmax_cross_entropy,
+                   softmax_cross_entropy_with_integer_labels, squared_error,
+)
 from .numerics import (
                    bias_correction, incremental_update, periodic_update, power_iteration,
                    safe_norm, safe_root_mean_squares, scale_gradient, tree_map_params,
