@@ -2,7 +2,9 @@
 labels, layer_norm and rms_norm.
 
 Each one keeps the full rule set of a primitive (shape rule, numerically stable numpy impl, vjp
-and jvp written with primitives so that they differentiate again, batching rule). They reduce
+and jvp, batching rule). Their vjps bind the backward primitives of funcgrad/fused_bwd.py (one
+hand-written kernel each on CUDA), whose own rules are the compositions written here, so that
+they differentiate again. They reduce
 the *last* axis only: `funcgrad.nn` moves (and merges) the user's axes there first. float16
 operands accumulate in float32 inside the impls. The CUDA side lowers each one to a single
 kernel with one block per row (funcgrad/cuda/fused.py).
@@ -61,6 +63,12 @@ def _check_vector(name, x, v, what):
                          "element of the normalized last axis)", (x, v))
 
 
+def _B():
+    """funcgrad.fused_bwd: the backward primitives (imported late: it builds on this module)."""
+    from . import fused_bwd
+    return fused_bwd
+
+
 def _batched(args, dims):
     """Every operand with a leading batch axis (unbatched ones broadcast)."""
     size = P._batch_size(args, dims)
@@ -93,7 +101,7 @@ def _softmax_lin(t, y):
 
 softmax_p = defprim(
     "softmax", _rows_shape("softmax"), _softmax_impl,
-    vjp=lambda ct, x, *, out: (_softmax_lin(ct, out),),
+    vjp=lambda ct, x, *, out: (bind(_B().softmax_bwd_p, out, ct),),
     jvp=lambda ts, xs, *, out: None if ts[0] is None else _softmax_lin(ts[0], out),
     batch=lambda args, dims: (bind(softmax_p, args[0]), 0))
 
@@ -109,7 +117,7 @@ def _log_softmax_impl(x):
 # d log_softmax^T ct = ct - softmax(x) * sum(ct), with softmax(x) = exp(out)
 log_softmax_p = defprim(
     "log_softmax", _rows_shape("log_softmax"), _log_softmax_impl,
-    vjp=lambda ct, x, *, out: (P.sub(ct, P.mul(bind(P.exp_p, out), _rsum(ct))),),
+    vjp=lambda ct, x, *, out: (bind(_B().log_softmax_bwd_p, out, ct),),
     jvp=lambda ts, xs, *, out: None if ts[0] is None else P.sub(
         ts[0], _rsum(P.mul(bind(P.exp_p, out), ts[0]))),
     batch=lambda args, dims: (bind(log_softmax_p, args[0]), 0))
@@ -155,8 +163,7 @@ def _xent_dlogits(x, labels):
 
 
 def _xent_vjp(ct, x, labels, *, out):
-    nd = len(x.shape)
-    return P.mul(P.broadcast_in_dim(ct, x.shape, range(nd - 1)), _xent_dlogits(x, labels)), None
+    return bind(_B().softmax_xent_bwd_p, x, labels, ct), None
 
 
 def _xent_jvp(ts, xs, *, out):
@@ -203,10 +210,18 @@ def _ln_lin(g, xhat, rstd):
     return P.mul(rstd, P.sub(P.sub(g, _rmean(g)), P.mul(xhat, _rmean(P.mul(g, xhat)))))
 
 
-def _ln_vjp(ct, x, scale, bias, *, out, eps):
+def _ln_vjp_composed(ct, x, scale, eps):
+    """(dx, dscale, dbias) written with primitives (the rules of layer_norm_bwd use it)."""
     xhat, rstd = _ln_stats(x, eps)
     dx = _ln_lin(P.mul(ct, _row(scale, x.shape)), xhat, rstd)
     return dx, _lead_sum(P.mul(ct, xhat)), _lead_sum(ct)
+
+
+def _ln_vjp(ct, x, scale, bias, *, out, eps):
+    B = _B()
+    dx, (dscale, dbias) = B.unpack_norm(bind(B.layer_norm_bwd_p, x, scale, ct, eps=eps),
+                                        x.shape, 2)
+    return dx, dscale, dbias
 
 
 def _ln_jvp(ts, xs, *, out, eps):
@@ -279,9 +294,16 @@ def _rms_lin(g, xhat, rrms):
     return P.mul(rrms, P.sub(g, P.mul(xhat, _rmean(P.mul(g, xhat)))))
 
 
-def _rms_vjp(ct, x, scale, *, out, eps):
+def _rms_vjp_composed(ct, x, scale, eps):
+    """(dx, dscale) written with primitives (the rules of rms_norm_bwd use it)."""
     xhat, rrms = _rms_stats(x, eps)
     return _rms_lin(P.mul(ct, _row(scale, x.shape)), xhat, rrms), _lead_sum(P.mul(ct, xhat))
+
+
+def _rms_vjp(ct, x, scale, *, out, eps):
+    B = _B()
+    dx, (dscale,) = B.unpack_norm(bind(B.rms_norm_bwd_p, x, scale, ct, eps=eps), x.shape, 1)
+    return dx, dscale
 
 
 def _rms_jvp(ts, xs, *, out, eps):
@@ -300,3 +322,5 @@ rms_norm_p = defprim("rms_norm", _rms_shape, _rms_impl, _rms_vjp, _rms_jvp,
                                                                     eps=eps))
 
 FUSED_PRIMITIVES = (softmax_p, log_softmax_p, softmax_xent_p, layer_norm_p, rms_norm_p)
+
+from . import fused_bwd  # noqa: E402,F401  (registers the backward primitives)

@@ -543,3 +543,38 @@ for _name, _diff in [("attention", (0, 1, 2)), ("attention_stats", (0, 1, 2, 3))
                             domain="q [b, t, 2, h], k [b, t + 1, 1, h], v [b, t + 1, 1, "
                                    "max(h - 1, 1)]; causal when h is even",
                             tol={F32: (1e-4, 1e-5)})
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 11: backward primitives of the fused row primitives (funcgrad/fused_bwd.py)
+# ---------------------------------------------------------------------------------------------
+
+def _make_softmax_bwd(log):
+    def make(rng, shape, dtype, for_grad):
+        x = rand(rng, shape, np.float64)
+        e = np.exp(x - (x.max(axis=-1, keepdims=True) if x.size else 0))
+        y = e / e.sum(axis=-1, keepdims=True) if x.size else x
+        y = np.log(y) if log and x.size else y
+        return [y.astype(dtype), rand(rng, shape, dtype)], {}
+    return make
+
+
+def _make_xent_bwd(rng, shape, dtype, for_grad):
+    (x, labels), _ = _make_xent(rng, shape, dtype, for_grad)
+    return [x, labels, rand(rng, shape[:-1], dtype)], {}
+
+
+def _make_norm_bwd(rng, shape, dtype, for_grad):
+    x = rand(rng, shape, dtype, "distinct" if for_grad else "real")
+    return [x, rand(rng, shape[-1:], dtype), rand(rng, shape, dtype)], {"eps": 1e-5}
+
+
+for _name, _make, _ok, _diff in [
+        ("softmax_bwd", _make_softmax_bwd(False), None, (0, 1)),
+        ("log_softmax_bwd", _make_softmax_bwd(True), None, (0, 1)),
+        ("softmax_xent_bwd", _make_xent_bwd, _xent_ok, (0, 2)),
+        ("layer_norm_bwd", _make_norm_bwd, None, (0, 1, 2)),
+        ("rms_norm_bwd", _make_norm_bwd, None, (0, 1, 2))]:
+    SPECS[_name] = PrimSpec(_name, _make, diff_argnums=_diff, min_ndim=1, supports_shape=_ok,
+                            domain="rows of the last axis; cotangents like the outputs",
+                            tol={F32: (1e-4, 1e-5)})

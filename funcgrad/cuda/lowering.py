@@ -189,6 +189,13 @@ CUDA[FP.log_softmax_p] = lambda bufs, params, aval: fused.softmax(bufs[0], log=T
 CUDA[FP.softmax_xent_p] = lambda bufs, params, aval: fused.softmax_xent(*bufs)
 CUDA[FP.layer_norm_p] = lambda bufs, params, aval: fused.layer_norm(*bufs, params["eps"])
 CUDA[FP.rms_norm_p] = lambda bufs, params, aval: fused.rms_norm(*bufs, params["eps"])
+# their backward primitives (funcgrad/fused_bwd.py): one warp per row (funcgrad/cuda/rows.py)
+from .. import fused_bwd as _FB  # noqa: E402
+from . import rows as _rows  # noqa: E402
+
+for _p in _FB.BWD_PRIMITIVES:
+    CUDA[_p] = (lambda name: lambda bufs, params, aval: _rows.run(
+        name, bufs, aval.shape, aval.dtype, params.get("eps")))(_p.name)
 
 
 # fused flash attention (funcgrad/attention_prim.py) ------------------------------------------
