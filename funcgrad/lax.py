@@ -51,3 +51,6 @@ def slice(operand, start_indices, limit_indices, strides=None):
 
 def select(pred, on_true, on_false):
     return P.select(pred, on_true, on_false)
+
+
+from ._lax_ext import *  # noqa: E402,F401,F403  (issue 12: the rest of lax's names)

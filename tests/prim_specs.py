@@ -513,36 +513,24 @@ def all_cases(names: Sequence[str] | None = None, dtypes: Sequence | None = None
     return out
 
 
-
 # ---------------------------------------------------------------------------------------------
-# issue 11: fused flash attention (funcgrad/attention_prim.py); shape case (batch, T, head_dim)
+# issue 12 breadth primitives (funcgrad/prims_ext.py)
 # ---------------------------------------------------------------------------------------------
 
-def _make_attention(kind):
-    def make(rng, shape, dtype, for_grad):
-        from funcgrad import attention_prim as A
-        b, t, h = shape
-        s, hv = t + 1, max(h - 1, 1)   # T != S; 2 query heads over 1 key/value head (GQA)
-        q, k = rand(rng, (b, t, 2, h), dtype), rand(rng, (b, s, 1, h), dtype)
-        v = rand(rng, (b, s, 1, hv), dtype)
-        params = {"scale": 0.6, "causal": h % 2 == 0}
-        if kind == "attention":
-            return [q, k, v], params
-        o = A._attn_impl(q, k, v, **params)
-        do = rand(rng, o.shape, dtype)
-        if kind == "attention_stats":
-            return [q, k, o, do], params
-        return [q, k, v, do, A._stats_impl(q, k, o, do, **params)], params
-    return make
+def _make_argsort(rng, shape, dtype, for_grad):
+    """Rows with repeated values (stability) and, for floats, NaNs and infinities."""
+    x = rand(rng, shape, dtype)
+    if dtype.kind == "f":
+        x = np.round(x * 2) / 2    # ties
+        flat = x.reshape(-1)
+        flat[::5] = np.nan
+        flat[1::7] = np.inf
+        flat[2::11] = -np.inf
+    return [x.astype(dtype)], {}
 
 
-for _name, _diff in [("attention", (0, 1, 2)), ("attention_stats", (0, 1, 2, 3)),
-                     ("attention_dq", (0, 1, 2, 3, 4)), ("attention_dkv", (0, 1, 2, 3, 4))]:
-    SPECS[_name] = PrimSpec(_name, _make_attention(_name), diff_argnums=_diff, min_ndim=3,
-                            supports_shape=lambda s: len(s) == 3,
-                            domain="q [b, t, 2, h], k [b, t + 1, 1, h], v [b, t + 1, 1, "
-                                   "max(h - 1, 1)]; causal when h is even",
-                            tol={F32: (1e-4, 1e-5)})
+SPECS["argsort"] = PrimSpec("argsort", _make_argsort, dtypes=NUMERIC + (BOOL,), min_ndim=1,
+                            domain="ties, NaN and +-inf in float rows")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -578,3 +566,135 @@ for _name, _make, _ok, _diff in [
     SPECS[_name] = PrimSpec(_name, _make, diff_argnums=_diff, min_ndim=1, supports_shape=_ok,
                             domain="rows of the last axis; cotangents like the outputs",
                             tol={F32: (1e-4, 1e-5)})
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 11: fused flash attention (funcgrad/attention_prim.py); shape case (batch, T, head_dim)
+# ---------------------------------------------------------------------------------------------
+
+def _make_attention(kind):
+    def make(rng, shape, dtype, for_grad):
+        from funcgrad import attention_prim as A
+        b, t, h = shape
+        s, hv = t + 1, max(h - 1, 1)   # T != S; 2 query heads over 1 key/value head (GQA)
+        q, k = rand(rng, (b, t, 2, h), dtype), rand(rng, (b, s, 1, h), dtype)
+        v = rand(rng, (b, s, 1, hv), dtype)
+        params = {"scale": 0.6, "causal": h % 2 == 0}
+        if kind == "attention":
+            return [q, k, v], params
+        o = A._attn_impl(q, k, v, **params)
+        do = rand(rng, o.shape, dtype)
+        if kind == "attention_stats":
+            return [q, k, o, do], params
+        return [q, k, v, do, A._stats_impl(q, k, o, do, **params)], params
+    return make
+
+
+for _name, _diff in [("attention", (0, 1, 2)), ("attention_stats", (0, 1, 2, 3)),
+                     ("attention_dq", (0, 1, 2, 3, 4)), ("attention_dkv", (0, 1, 2, 3, 4))]:
+    SPECS[_name] = PrimSpec(_name, _make_attention(_name), diff_argnums=_diff, min_ndim=3,
+                            supports_shape=lambda s: len(s) == 3,
+                            domain="q [b, t, 2, h], k [b, t + 1, 1, h], v [b, t + 1, 1, "
+                                   "max(h - 1, 1)]; causal when h is even",
+                            tol={F32: (1e-4, 1e-5)})
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 12: convolutions and windows (funcgrad/conv.py, funcgrad/windows.py)
+# ---------------------------------------------------------------------------------------------
+
+def _perm(rng, n):
+    return tuple(int(a) for a in rng.permutation(n))
+
+
+def _make_conv(rng, shape, dtype, for_grad):
+    """shape_case is the lhs's spatial shape; random layout, strides, padding (negative
+    too), dilations and feature or batch groups."""
+    from funcgrad.conv import ConvDimensionNumbers, dilate_dim
+    nsp, nd = len(shape), len(shape) + 2
+    mode = int(rng.integers(0, 3))
+    fg, bg = (2 if mode == 1 else 1), (2 if mode == 2 else 1)
+    cg, og = int(rng.integers(1, 3)), int(rng.integers(1, 3))
+    nb = int(rng.integers(0, 3)) if rng.random() < 0.2 else int(rng.integers(1, 3))
+    n, c, o = nb * bg, cg * fg, og * max(fg, bg)
+    ks = [int(rng.integers(0, 4)) if rng.random() < 0.1 else int(rng.integers(1, 4))
+          for _ in shape]
+    st, ld, rd = ([int(rng.integers(1, 3)) for _ in shape] for _ in range(3))
+    pads = []
+    for s, dl in zip(shape, ld):
+        lo, hi = int(rng.integers(-1, 3)), int(rng.integers(-1, 3))
+        while dilate_dim(s, dl) + lo + hi < 0:
+            lo, hi = lo + 1, hi + 1
+        pads.append((lo, hi))
+    dn = ConvDimensionNumbers(_perm(rng, nd), _perm(rng, nd), _perm(rng, nd))
+    lshape, rshape = [0] * nd, [0] * nd
+    for a, s in zip(dn.lhs_spec, [n, c] + list(shape)):
+        lshape[a] = s
+    for a, s in zip(dn.rhs_spec, [o, cg] + ks):
+        rshape[a] = s
+    pet = None
+    if not for_grad and rng.random() < 0.2:
+        pet = F64 if dtype.kind == "f" else I64
+    params = {"window_strides": tuple(st), "padding": tuple(pads), "lhs_dilation": tuple(ld),
+              "rhs_dilation": tuple(rd), "dimension_numbers": dn, "feature_group_count": fg,
+              "batch_group_count": bg, "preferred_element_type": pet}
+    return [rand(rng, lshape, dtype), rand(rng, rshape, dtype)], params
+
+
+def _window_params(rng, shape, grad_safe):
+    """Random window params; grad_safe: every window holds an operand element (so max/min
+    are finite and differentiable there)."""
+    wd = tuple(int(rng.integers(1, 4)) for _ in shape)
+    p = {"window_dimensions": wd, "window_strides": tuple(int(rng.integers(1, 3)) for _ in shape),
+         "base_dilation": tuple(1 if grad_safe else int(rng.integers(1, 3)) for _ in shape),
+         "window_dilation": tuple(1 if grad_safe else int(rng.integers(1, 3)) for _ in shape)}
+    p["padding"] = tuple((0, 0) if grad_safe and s == 0 else
+                         (int(rng.integers(0, w if grad_safe else 3)),
+                          int(rng.integers(0, w if grad_safe else 3))) for s, w in zip(shape, wd))
+    return p
+
+
+def _make_reduce_window(kind):
+    def make(rng, shape, dtype, for_grad):
+        chooser = kind != "sum"
+        p = _window_params(rng, shape, for_grad and chooser)
+        return [rand(rng, shape, dtype, "distinct" if for_grad and chooser else "real")], p
+    return make
+
+
+def _selected_operand(rng, shape, dtype, for_grad):
+    """Distinct values for gradients, else values on a coarse grid (ties: the first wins)."""
+    if for_grad:
+        return rand(rng, shape, dtype, "distinct")
+    return (np.round(rand(rng, shape, np.float64) * 2) / 2).astype(dtype)
+
+
+def _make_select(kind):
+    def make(rng, shape, dtype, for_grad):
+        from funcgrad.windows import WINDOW_KEYS, window_out_shape
+        p = _window_params(rng, shape, False)
+        p["select_prim"] = str(rng.choice(["ge", "le"]))
+        x = _selected_operand(rng, shape, dtype, for_grad)
+        first = shape if kind == "gather" else window_out_shape(shape, *(p[k] for k in
+                                                                         WINDOW_KEYS))
+        return [rand(rng, first, dtype), x], p
+    return make
+
+
+SPECS["conv_general_dilated"] = PrimSpec(
+    "conv_general_dilated", _make_conv, dtypes=FLOATS + (I32,), diff_argnums=(0, 1),
+    domain="shape_case is the lhs's spatial shape; random layouts, groups, strides, "
+           "padding (negative too) and dilations", tol={F32: (1e-4, 1e-5)})
+for _kind in ("sum", "max", "min"):
+    SPECS[f"reduce_window_{_kind}"] = PrimSpec(
+        f"reduce_window_{_kind}", _make_reduce_window(_kind), dtypes=FLOATS + (I32,),
+        diff_argnums=(0,), tol={F32: (1e-5, 1e-5)},
+        domain="random windows, strides, padding and dilations; for max/min gradients "
+               "distinct values and windows that hold an element")
+SPECS["select_and_gather_add"] = PrimSpec(
+    "select_and_gather_add", _make_select("gather"), diff_argnums=(0,),
+    domain="tangents shaped like the operand; operand values on a 0.5 grid (ties)")
+SPECS["select_and_scatter_add"] = PrimSpec(
+    "select_and_scatter_add", _make_select("scatter"), diff_argnums=(0,),
+    tol={F32: (1e-5, 1e-6)},
+    domain="source shaped like the windows' output; operand values on a 0.5 grid (ties)")

@@ -198,6 +198,13 @@ for _p in _FB.BWD_PRIMITIVES:
         name, bufs, aval.shape, aval.dtype, params.get("eps")))(_p.name)
 
 
+# breadth primitives of issue 12 (funcgrad/prims_ext.py): argsort ------------------------------
+
+from . import sorting as _sorting  # noqa: E402
+
+CUDA.update(_sorting.LOWERINGS)
+
+
 # fused flash attention (funcgrad/attention_prim.py) ------------------------------------------
 
 from . import attention as _attention  # noqa: E402

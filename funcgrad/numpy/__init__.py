@@ -140,6 +140,15 @@ from ._ufuncs import (  # noqa: F401
 )
 
 pi, e, inf, nan, newaxis = _np.pi, _np.e, _np.inf, _np.nan, None
+
+from ._cumulative import *  # noqa: E402,F401,F403  (issue 12 breadth: new modules)
+from ._extra_math import *  # noqa: E402,F401,F403
+from ._index_tricks import *  # noqa: E402,F401,F403
+from ._misc import *  # noqa: E402,F401,F403
+from ._sorting import *  # noqa: E402,F401,F403
+from ._sorting import where_nonzero as where  # noqa: E402,F401
+from ._stats import *  # noqa: E402,F401,F403
+from . import fft  # noqa: E402,F401
 dtype, finfo, iinfo, issubdtype = _np.dtype, _np.finfo, _np.iinfo, _np.issubdtype
 floating, integer, inexact, number, signedinteger, unsignedinteger = (
     _np.floating, _np.integer, _np.inexact, _np.number, _np.signedinteger, _np.unsignedinteger)
