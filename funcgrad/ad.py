@@ -57,6 +57,11 @@ class _FlatOutputs:
         return vals[:n], aux
 
 
+def _patterns():
+    from . import patterns
+    return patterns
+
+
 def _avals(leaves):
     return [aval_of(x) for x in leaves]
 
@@ -182,6 +187,7 @@ def vjp(fun: Callable, *primals, has_aux: bool = False):
     in_leaves = [_as_value(x) for x in in_leaves]
     flat = _FlatOutputs(fun, in_tree, has_aux)
     expr, consts, _ = trace_to_expr(flat, _avals(in_leaves))
+    expr, consts = _patterns().rewrite(expr, consts)   # hand-written norms -> fused prims
     env, active, read = _forward(expr, consts, in_leaves)
     outs, aux = flat.split([read(o) for o in expr.outs])
     out_tree = flat.out_tree

@@ -171,6 +171,7 @@ def _dtype(x):
 
 def optimize(expr: Expr, consts: list) -> tuple[Expr, list]:
     """Inline call primitives, simplify, fold constants, CSE, then drop dead equations."""
+    expr, consts = __import__("funcgrad.patterns").patterns.rewrite(expr, consts)  # fused norms
     with new_builder() as b:
         rw = _Rewriter(b)
         ins = [b.new_arg(v.aval) for v in expr.in_binders[expr.n_consts:]]
