@@ -212,6 +212,13 @@ from . import attention as _attention  # noqa: E402
 CUDA.update(_attention.LOWERINGS)
 
 
+# convolutions and windows (funcgrad/conv.py, funcgrad/windows.py) -------------------------
+
+from . import conv as _conv  # noqa: E402
+
+CUDA.update(_conv.LOWERINGS)
+
+
 def lower(prim, bufs, params, aval) -> DeviceBuffer:
     fn = CUDA.get(prim)
     if fn is None:
