@@ -1,0 +1,397 @@
+"""The CPU jit plan: one generated straight-line function over fused kernels, BLAS and numpy.
+
+Steps come from funcgrad.clustering: a fused elementwise cluster runs as one numba njit kernel
+(cpu_kernels), a matrix product as np.matmul into its buffer, anything else as its numpy impl.
+Every intermediate a kernel or a product writes lives in one arena per plan, at an offset
+given by liveness (cpu_memory); results the caller receives are fresh arrays.
+
+Kernels are compiled when a plan has run FUNCGRAD_CPU_FUSE_AFTER times (default 2: a function
+called once or twice never waits for numba); until then, and for clusters that njit cannot
+take (float16), elementwise equations run as numpy calls. FUNCGRAD_CPU_FUSE=0 turns kernels off.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import os
+import threading
+import warnings
+
+import numpy as np
+
+from .. import prims as P
+from ..clustering import Cluster, external_inputs, fusible, plan_steps
+from ..core import FuncgradError, Lit
+from ..prims import IndexOutOfRange
+from . import cpu_kernels, cpu_memory, cpu_ops
+
+_FILENAME = "<funcgrad cpu plan>"
+
+
+def fuse_after() -> int | None:
+    """Calls of a plan before it compiles its kernels (None: never)."""
+    if os.environ.get("FUNCGRAD_CPU_FUSE", "1") == "0":
+        return None
+    return int(os.environ.get("FUNCGRAD_CPU_FUSE_AFTER", "2"))
+
+
+def exact_only() -> bool:
+    """Whether kernels leave out ops that numpy rounds differently (exp, tanh, pow, ...: see
+    cpu_ops.INEXACT), so that a jitted result is the numpy interpreter's bit for bit. Those
+    ops then run as numpy calls between kernels; FUNCGRAD_CPU_EXACT=0 fuses them too (results
+    then agree with numpy to an ulp or two)."""
+    return os.environ.get("FUNCGRAD_CPU_EXACT", "1") != "0"
+
+
+def parallel_min() -> int | None:
+    """Elements from which a fused kernel splits its outer loop over threads (numba prange);
+    None (the default, FUNCGRAD_CPU_PARALLEL_MIN unset) keeps every kernel on one thread.
+
+    Measured on the 2-core development VM (C2, a 784-512-512-10 Adam step): serial kernels
+    5.0 ms/step; prange over clusters of >= 2^16 elements 5.4 ms with numba's workqueue
+    threads and 40+ ms with OpenMP's (its spinning threads starve OpenBLAS's).
+    """
+    v = os.environ.get("FUNCGRAD_CPU_PARALLEL_MIN")
+    return int(v) if v else None
+
+
+class _Step:
+    """One line of the generated function: `kind` is "np", "dot" or "kernel"."""
+    __slots__ = ("kind", "eqn", "outs", "ins", "fn", "extra")
+
+    def __init__(self, kind, eqn, outs, ins, fn, extra=None):
+        self.kind, self.eqn, self.outs, self.ins, self.fn = kind, eqn, outs, ins, fn
+        self.extra = extra
+
+
+class Program:
+    """A generated function plan(args, bufs) for one expression, fused or not."""
+
+    def __init__(self, expr, consts, fuse: bool):
+        steps = _steps(expr, fuse)
+        keep = {o for o in expr.outs if not isinstance(o, Lit)}
+        self.memory = cpu_memory.plan(steps, expr.outs, keep)
+        self.kernels = sum(s.kind == "kernel" for s in steps)
+        self._emit(expr, consts, steps, keep)
+
+    def _emit(self, expr, consts, steps, keep):
+        name, env, n = {}, {"np": np}, [0]
+        mem = self.memory
+
+        def fresh():
+            n[0] += 1
+            return f"v{n[0]}"
+
+        for v, c in zip(expr.in_binders[:expr.n_consts], consts):
+            name[v] = fresh()
+            env[name[v]] = np.asarray(c)
+        args = []
+        for v in expr.in_binders[expr.n_consts:]:
+            name[v] = fresh()
+            args.append(name[v])
+
+        def ref(x):
+            if isinstance(x, Lit):
+                k = fresh()
+                env[k] = x.val
+                return k
+            return name[x]
+
+        lines, self.line_eqn, local = [], {}, set()
+        per_step = []
+        for s in steps:
+            if s.kind == "alias":             # a scalar broadcast: the scalar itself
+                name[s.outs[0]] = ref(s.ins[0])
+                per_step.append([])
+                continue
+            ins = [ref(x) for x in s.ins]
+            outs = []
+            for v in s.outs:
+                name[v] = fresh()
+                outs.append(name[v])
+                local.add(name[v])
+            f = "f" + outs[0]
+            env[f] = s.fn
+            here = []
+            for v, o in zip(s.outs, outs):
+                if s.kind == "np":
+                    continue
+                if v in mem.offsets:
+                    here.append(f"{o} = bufs[{mem.index[v]}]")
+                else:
+                    env["s" + o] = (v.aval.shape, v.aval.dtype)
+                    here.append(f"{o} = np.empty(*s{o})")
+            if s.kind == "np":
+                here.append(f"{outs[0]} = {f}({', '.join(ins)})")
+            elif s.kind == "dot":
+                here.append(f"{f}({', '.join(ins)}, {outs[0]})")
+            else:   # kernel: rank-0 operands go by value
+                kin = [f"{a}[()]" if x.aval.ndim == 0 else a for a, x in zip(ins, s.ins)]
+                here.append(f"{f}({', '.join(kin + outs)})")
+            per_step.append((s, ins, here))
+        # locals are dropped after their last read (views keep their base alive themselves)
+        last = {}
+        for i, item in enumerate(per_step):
+            for x in (item[1] if item else ()):
+                last[x] = i
+        for o in expr.outs:
+            if not isinstance(o, Lit):
+                last[name[o]] = len(per_step)
+        head = 2
+        for i, item in enumerate(per_step):
+            if not item:
+                continue
+            s, ins, here = item
+            for ln in here:
+                if s.kind != "kernel" and ln.startswith(("f" + name[s.outs[0]],
+                                                         name[s.outs[0]] + " = f")):
+                    self.line_eqn[head + len(lines) + 1] = s.eqn
+                lines.append(ln)
+            dead = sorted({x for x in ins if x in local and last[x] == i})
+            if dead:
+                lines.append(f"{', '.join(dead)} = {', '.join(['None'] * len(dead))}")
+        outs = []
+        for o in expr.outs:
+            r = ref(o)
+            if not isinstance(o, Lit) and o in mem.may_alias_arena:
+                env["detach"] = _detach
+                r = f"detach({r}, bufs)"
+            outs.append(r)
+        src = (f"def plan(args, bufs):\n    {''.join(a + ', ' for a in args)}= args\n"
+               + "".join(f"    {ln}\n" for ln in lines)
+               + f"    return ({''.join(o + ', ' for o in outs)})\n")
+        if not args:
+            src = src.replace("    = args\n", "    pass\n")
+        self.source = src
+        exec(compile(src, _FILENAME, "exec"), env)
+        self.fn = env["plan"]
+
+
+def _detach(x, bufs):
+    """x, or a copy when it is a view into the plan's arena (a reshape of an intermediate)."""
+    if bufs and isinstance(x, np.ndarray) and np.may_share_memory(x, bufs[-1]):
+        return x.copy()
+    return x
+
+
+class CpuPlan:
+    """A jitted expression on the CPU: a numpy program first, fused kernels once it pays.
+
+    Every value lives in a local of the generated function, dropped after its last use; the
+    intermediates written by kernels and matrix products sit in the plan's arena, reused
+    across calls (a concurrent second call gets an arena of its own).
+    """
+
+    def __init__(self, expr, consts):
+        self.expr, self.consts = expr, consts
+        self.calls = 0
+        self._after = fuse_after()
+        self._lock = threading.Lock()
+        self._use(Program(expr, consts, fuse=self._after == 0))
+
+    def _use(self, prog):
+        self.program = prog
+        self.source, self.line_eqn, self._fn = prog.source, prog.line_eqn, prog.fn
+        self._bufs = prog.memory.new_buffers()
+        self._compiling = prog.kernels > 0
+        self.out_avals = [o.aval for o in self.expr.outs]
+
+    @property
+    def fused(self) -> bool:
+        """Whether the plan runs fused kernels."""
+        return self.program.kernels > 0
+
+    def fuse(self) -> bool:
+        """Build the fused program now (kernels compile on its first run). Returns fused."""
+        prog = Program(self.expr, self.consts, fuse=True)
+        if prog.kernels:
+            self._use(prog)
+        self._after = None
+        return self.fused
+
+    def __call__(self, args):
+        from ..core import Array
+        self.calls += 1
+        if self._after is not None and self.calls > self._after:
+            self.fuse()
+        bufs = self._bufs
+        got = self._lock.acquire(blocking=False)
+        if not got:   # another thread (or a re-entrant call) holds the arena: use a fresh one
+            bufs = self.program.memory.new_buffers()
+        try:
+            with np.errstate(all="ignore"):
+                if self._compiling:   # kernels compile on this run: numba's notes are not ours
+                    self._compiling = False
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        outs = self._fn([a.buf for a in args], bufs)
+                else:
+                    outs = self._fn([a.buf for a in args], bufs)
+        except (IndexOutOfRange, ValueError) as err:
+            tb, line = err.__traceback__, None
+            while tb is not None:
+                if tb.tb_frame.f_code.co_filename == _FILENAME:
+                    line = tb.tb_lineno
+                tb = tb.tb_next
+            e = self.line_eqn.get(line)
+            if e is None:
+                raise
+            kind = IndexError if isinstance(err, IndexOutOfRange) else FuncgradError
+            raise kind(f"{err}\n  at {e.src}") from None
+        finally:
+            if got:
+                self._lock.release()
+        res = []
+        for out, aval in zip(outs, self.out_avals):
+            out = np.asarray(out)
+            if out.dtype != aval.dtype:
+                out = out.astype(aval.dtype)
+            res.append(Array(out, aval, "cpu"))
+        return res
+
+
+# ---------------------------------------------------------------------------------------------
+# steps
+# ---------------------------------------------------------------------------------------------
+
+def _steps(expr, fuse):
+    """The plan's steps in order: kernels for fusible clusters, matmuls, numpy impls."""
+    keep = {o for o in expr.outs if not isinstance(o, Lit)}
+    swapped = _transposed_dots(expr, keep)   # transpose equation -> its dot equation
+    folded = {d.out for d in swapped.values()}
+    par = parallel_min()
+    plain = []   # ("eqn", e) | ("kernel", cluster)
+    exact = exact_only()
+
+    def join(e):
+        return fusible(e) and (not exact or cpu_ops.exact(e))
+    for kind, s in plan_steps(expr, join):
+        if kind == "fused" and fuse and cpu_kernels.can_fuse(s):
+            plain.append(("kernel", s))
+        elif kind == "fused":
+            plain += [("eqn", e) for e in s.eqns]
+        else:
+            plain.append(("eqn", s))
+    np_users = {}   # var -> equations run by numpy that read it; kernels count as None
+    for kind, s in plain:
+        if kind == "eqn":
+            for x in s.inputs:
+                np_users.setdefault(x, []).append(s)
+        else:
+            for x in external_inputs(s):
+                np_users.setdefault(x, []).append(None)
+    lazy = {e.out for kind, e in plain if kind == "eqn" and e.prim is P.broadcast_in_dim_p
+            and e.out not in keep and all(u is not None and u.prim.kind == "elementwise"
+                                          for u in np_users.get(e.out, ()))}
+    steps = []
+    for kind, s in plain:
+        if kind == "kernel":
+            k, fs = cpu_kernels.kernel_for(s, parallel=par is not None and s.shape != ()
+                                           and math.prod(s.shape) >= par and s.shape[0] > 1)
+            steps.append(_Step("kernel", s.eqns[-1], list(s.outputs), fs.inputs, k, s))
+            continue
+        e = s
+        if e.out in folded:   # computed, already transposed, by its transpose's step
+            continue
+        d = swapped.get(e)
+        if d is not None:
+            (lc, rc), _ = d.params["dimension_numbers"]
+            # (x . y)^T = y . x with the contracting dims swapped: a contiguous result
+            dn = ((rc, lc), ((), ()))
+            x, y = d.inputs[1], d.inputs[0]
+            into = _dot_into(x.aval, y.aval, dn, e.out.aval)
+            if into is not None:
+                steps.append(_Step("dot", e, [e.out], [x, y], into))
+            else:
+                fn = functools.partial(d.prim.impl, dimension_numbers=dn)
+                steps.append(_Step("np", e, [e.out], [x, y], fn))
+            continue
+        if e.out in lazy and e.inputs[0].aval.ndim == 0:
+            steps.append(_Step("alias", e, [e.out], [e.inputs[0]], None))
+            continue
+        if e.prim is P.dot_general_p:
+            into = _dot_into(e.inputs[0].aval, e.inputs[1].aval,
+                             e.params["dimension_numbers"], e.out.aval)
+            if into is not None:
+                steps.append(_Step("dot", e, [e.out], list(e.inputs), into))
+                continue
+        fn, params = e.prim.impl, e.params
+        if e.out in lazy:  # a reshape; numpy broadcasts inside the consumers
+            fn, params = _expand_only(e.inputs[0].aval.shape, **e.params), {}
+        elif any(x in lazy for x in e.inputs) and not any(
+                x not in lazy and x.aval.shape == e.out.aval.shape for x in e.inputs):
+            fn = _full_shape(fn, e.out.aval.shape)   # every operand was broadcast
+        steps.append(_Step("np", e, [e.out], list(e.inputs),
+                           functools.partial(fn, **params) if params else fn))
+    return steps
+
+
+def _dot_into(xa, ya, dimension_numbers, out_aval):
+    """f(x, y, out): np.matmul of the operands as matrices into a 2-D `out`, or None when the
+    product is not one matmul of views (the numpy impl takes it then)."""
+    (lc, rc), (lb, _) = dimension_numbers
+    if (lb or len(out_aval.shape) != 2 or not out_aval.size or xa.dtype != out_aval.dtype
+            or ya.dtype != out_aval.dtype or out_aval.dtype.kind not in "fiu"):
+        return None
+    mx, my = _matrix(xa, lc, False), _matrix(ya, rc, True)
+    if mx is None or my is None:
+        return None
+    m = math.prod(d for i, d in enumerate(xa.shape) if i not in lc)
+    n = math.prod(d for i, d in enumerate(ya.shape) if i not in rc)
+    if out_aval.shape == (m, n):
+        def into(x, y, out):
+            np.matmul(mx(x), my(y), out=out)
+    else:
+        def into(x, y, out):
+            np.matmul(mx(x), my(y), out=out.reshape(m, n))
+    return into
+
+
+def _matrix(aval, contract, contract_first):
+    """a -> a as a matrix with the contracting dims first (or last), as prims._as_matrix."""
+    nd, nc = aval.ndim, len(contract)
+    if not nc or not math.prod(aval.shape[i] for i in contract):
+        return None
+    if nd == 2 and nc == 1:
+        last = contract[0] == 1
+        return (lambda a: a.T) if last == contract_first else (lambda a: a)
+    if tuple(contract) in (tuple(range(nc)), tuple(range(nd - nc, nd))):
+        return lambda a: P._as_matrix(a, contract, contract_first)
+    return None
+
+
+def _transposed_dots(expr, keep):
+    """{transpose: the dot it reads}, for 2-D matrix products read only by a transpose (the
+    backward pass's weight gradients); numpy would otherwise add the strided view slowly."""
+    users = {}
+    for e in expr.eqns:
+        for x in e.inputs:
+            users.setdefault(x, []).append(e)
+    out = {}
+    for e in expr.eqns:
+        if e.prim is P.dot_general_p and e.out not in keep and e.out.aval.ndim == 2:
+            (lc, rc), (lb, _) = e.params["dimension_numbers"]
+            u = users.get(e.out, [])
+            if (not lb and len(lc) == 1 and len(u) == 1 and u[0].prim is P.transpose_p
+                    and all(x.aval.ndim == 2 for x in e.inputs)):
+                out[u[0]] = e
+    return out
+
+
+def _expand_only(in_shape, *, shape, broadcast_dimensions):
+    """x reshaped so that numpy broadcasting maps its axes to broadcast_dimensions."""
+    if not in_shape:
+        return lambda x: x
+    dims = list(broadcast_dimensions)
+    target = tuple(in_shape[dims.index(d)] if d in dims else 1 for d in range(len(shape)))
+    return lambda x: x.reshape(target)
+
+
+def _full_shape(fn, shape):
+    def run(*args, **params):
+        out = fn(*args, **params)
+        return out if np.shape(out) == shape else np.broadcast_to(out, shape)
+    return run
+
+
+__all__ = ["CpuPlan", "Program", "Cluster"]
