@@ -3,9 +3,11 @@ from . import core as _core
 from .backends.cpu import CpuBackend as _CpuBackend
 
 _core.register_backend("cpu", _CpuBackend)
-_core.register_backend("cuda", lambda: __import__("funcgrad.cuda", fromlist=["x"]).CudaBackend())
+_core.register_backend(
+    "cuda", lambda: __import__("funcgrad.cuda", fromlist=["x"]).CudaBackend(),
+    available=lambda: __import__("funcgrad.cuda", fromlist=["x"]).is_available())
 
-from . import debug, io, lax, nn, numpy, optim, random, tree_util  # noqa: F401
+from . import debug, dlpack, io, lax, nn, numpy, optim, random, tree_util  # noqa: F401
 from .ad import grad, jvp, linearize, stop_gradient, value_and_grad, vjp  # noqa: F401
 from .api import default_backend, device_get, device_put, devices, make_jaxpr  # noqa: F401
 from .batching import vmap  # noqa: F401
@@ -14,5 +16,22 @@ from .core import Array, ClosedExpr, ConcretizationError, Expr, ShapeError  # no
 from .custom import checkpoint, custom_jvp, custom_vjp, remat  # noqa: F401
 from .jacobians import hessian, jacfwd, jacrev  # noqa: F401
 from .jit import jit  # noqa: F401
+from . import tree  # noqa: F401,E402  (issue 12: jax.tree and more top-level names)
+from .api_extra import (  # noqa: F401,E402
+    ShapeDtypeStruct,
+    block_until_ready,
+    device_count,
+    ensure_compile_time_eval,
+    eval_shape,
+    linear_transpose,
+    local_device_count,
+    local_devices,
+    named_scope,
+    process_count,
+    process_index,
+    pure_callback,
+    typeof,
+)
+from .jacobians import jacrev as jacobian  # noqa: F401,E402
 
 __version__ = "0.1.0"

@@ -76,7 +76,6 @@ def _forward(expr, consts, args):
     A custom_vjp group runs its fwd rule instead of its body; the residuals are kept in
     env[("res", rec)] for the backward pass.
     """
-    from .custom import custom_vjp_call_p
     env = {}
     active = set()
     for v, x in zip(expr.in_binders, list(consts) + list(args)):
@@ -90,7 +89,7 @@ def _forward(expr, consts, args):
 
     for e in expr.eqns:
         is_active = any(x in active for x in e.inputs if not isinstance(x, Lit))
-        if e.prim is custom_vjp_call_p and is_active:
+        if e.prim.vjp_group and is_active:
             rec = e.params["rec"]
             key = ("res", rec)
             if key not in env:
@@ -108,10 +107,9 @@ def _forward(expr, consts, args):
 
 def _group_outs(expr):
     """For each custom_vjp record, its output variables in index order."""
-    from .custom import custom_vjp_call_p
     groups = {}
     for e in expr.eqns:
-        if e.prim is custom_vjp_call_p:
+        if e.prim.vjp_group:
             outs = groups.setdefault(e.params["rec"], [None] * len(e.params["rec"].out_avals))
             outs[e.params["index"]] = e.out
     return groups
@@ -119,14 +117,13 @@ def _group_outs(expr):
 
 def backward_pass(expr, env, active, read, cts_out):
     """Walk the equations backwards, applying each primitive's vjp rule; None means zero."""
-    from .custom import custom_vjp_call_p
     ct_env: dict = {}
     groups = None
     for o, ct in zip(expr.outs, cts_out):
         if ct is not None and o in active:
             ct_env[o] = prims.add_any(ct_env.get(o), ct)
     for e in reversed(expr.eqns):
-        if e.prim is custom_vjp_call_p:
+        if e.prim.vjp_group:
             rec = e.params["rec"]
             groups = groups if groups is not None else _group_outs(expr)
             outs = groups[rec]

@@ -270,6 +270,7 @@ class Primitive:
         self.call_impl = None  # call-like primitives: run the body eagerly
         self.inline = None  # call-like primitives: jit inlines the body
         self.effectful = False  # never removed or merged by jit's passes
+        self.vjp_group = False  # custom_vjp calls: ad runs the group's fwd/bwd rules instead
 
     def __repr__(self):
         return self.name
@@ -467,14 +468,7 @@ class Array(ArrayBase):
         self.buf, cai = get_backend(self.device).cuda_array_interface(self.buf)
         return cai
 
-    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
-        from .dlpack import to_dlpack
-        return to_dlpack(self, stream=stream, max_version=max_version, dl_device=dl_device,
-                         copy=copy)
-
-    def __dlpack_device__(self):
-        from .dlpack import dlpack_device
-        return dlpack_device(self)
+    # __dlpack__ and __dlpack_device__ are attached by funcgrad.dlpack (which imports core)
 
 
 class ConcretizationError(FuncgradError, TypeError):
@@ -517,8 +511,15 @@ _backends: dict[str, Any] = {}
 _backend_factories: dict[str, Callable[[], Any]] = {}
 
 
-def register_backend(name: str, factory: Callable[[], Any]):
+_backend_probes: dict[str, Callable[[], bool]] = {}
+
+
+def register_backend(name: str, factory: Callable[[], Any], available=None):
+    """Make device `name` known: `factory()` builds its backend on first use; `available()`
+    (optional) says, without building it, whether it should be the default device."""
     _backend_factories[name] = factory
+    if available is not None:
+        _backend_probes[name] = available
 
 
 def get_backend(name: str):
@@ -559,11 +560,11 @@ def default_device() -> str:
 
 
 def _cuda_usable() -> bool:
-    if "cuda" not in _backend_factories:
+    probe = _backend_probes.get("cuda")
+    if probe is None:
         return False
     try:
-        from . import cuda
-        return bool(cuda.is_available())
+        return bool(probe())
     except (ImportError, AttributeError):
         return False
 

@@ -124,6 +124,7 @@ def _make_call_prim(name):
 
 
 custom_vjp_call_p = _make_call_prim("custom_vjp_call")
+custom_vjp_call_p.vjp_group = True   # ad.py applies the user's fwd/bwd rules
 custom_vjp_call_p.jvp = _body_jvp
 # reverse mode handles the whole group in ad.py (it needs fwd's residuals)
 custom_vjp_call_p.vjp = None

@@ -201,3 +201,12 @@ def _from_cai(x) -> Array:
         backend.synchronize()
     buf = backend.wrap_external(d["data"][0] or 0, shape, strides, dtype, x)
     return Array(buf, ShapedArray(shape, dtype), "cuda")
+
+
+def _array_dlpack(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+    return to_dlpack(self, stream=stream, max_version=max_version, dl_device=dl_device,
+                     copy=copy)
+
+
+Array.__dlpack__ = _array_dlpack
+Array.__dlpack_device__ = dlpack_device
