@@ -103,8 +103,10 @@ def bias_correction(moment, decay, count):
         >>> [round(x, 5) for x in bias_correction(fnp.asarray([0.1]), 0.9, 1).tolist()]
         [1.0]
     """
-    correction = 1 - fnp.power(decay, fnp.asarray(count))
-    return tree_map(lambda t: t / fnp.asarray(correction, fnp.asarray(t).dtype), moment)
+    def one(t):  # 1 - decay**count in the moment's dtype (float64 moments stay exact)
+        dt = fnp.asarray(t).dtype
+        return t / (1 - fnp.power(fnp.asarray(decay, dt), fnp.asarray(count, dt)))
+    return tree_map(one, moment)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -31,9 +31,10 @@ def _update_moment(updates, moments, decay, order):
 
 
 def _bias_correction(moments, decay, count):
-    """moment / (1 - decay**count), the correction in float32 cast to each moment's dtype."""
-    correction = 1 - fnp.power(decay, count)
-    return tree_map(lambda m: m / fnp.asarray(correction, m.dtype), moments)
+    """moment / (1 - decay**count), the correction computed in each moment's dtype."""
+    def one(m):
+        return m / (1 - fnp.power(fnp.asarray(decay, m.dtype), fnp.asarray(count, m.dtype)))
+    return tree_map(one, moments)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 
 from .. import lax
 from .. import numpy as fnp
-from ..tree_util import tree_map
+from ..tree_util import tree_leaves, tree_map
 from .base import GradientTransformation, init_empty_state, safe_increment, tree_cast, \
     tree_zeros_like, zero_count
 from .numerics import abs_sq, bias_correction, update_infinity_moment, update_moment, \
@@ -263,8 +263,10 @@ def scale_by_radam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, eps_ro
         mu = update_moment(updates, state.mu, b1, 1)
         nu = update_moment_per_elem_norm(updates, state.nu, b2, 2)
         count_inc = safe_increment(state.count)
-        b2t = fnp.power(b2, count_inc)
-        ro = ro_inf - 2 * count_inc * b2t / (1 - b2t)
+        dt = fnp.result_type(*[fnp.asarray(m).dtype for m in tree_leaves(mu)] or [fnp.float32])
+        t = fnp.asarray(count_inc, dt)
+        b2t = fnp.power(fnp.asarray(b2, dt), t)
+        ro = ro_inf - 2 * t * b2t / (1 - b2t)
         mu_hat = (_nesterov_mu_hat(mu, updates, b1, count_inc) if nesterov
                   else bias_correction(mu, b1, count_inc))
         nu_hat = bias_correction(nu, b2, count_inc)
@@ -302,7 +304,7 @@ def scale_by_rprop(learning_rate: float, eta_minus: float = 0.5, eta_plus: float
         del params
         sign = tree_map(lambda g, pg: g * pg, updates, state.prev_updates)
         step_sizes = tree_map(lambda s, st: fnp.where(
-            s == 0, st, fnp.clip(st * fnp.where(s > 0, eta_plus, eta_minus),
+            s == 0, st, fnp.clip(fnp.where(s > 0, st * eta_plus, st * eta_minus),
                                  min_step_size, max_step_size)), sign, state.step_sizes)
         prev_updates = tree_map(lambda s, g, st: fnp.where(s < 0, fnp.zeros_like(g),
                                                            st * fnp.sign(g)),
