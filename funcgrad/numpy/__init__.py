@@ -40,6 +40,7 @@ from ._base import (  # noqa: F401
                     zeros,
                     zeros_like,
 )
+from ._conv import convolve, correlate  # noqa: F401
 from ._indexing import _getitem, _IndexUpdateHelper  # noqa: F401
 from ._linalg import dot, einsum, inner, linalg, matmul, outer, tensordot, vdot  # noqa: F401
 from ._shape import (  # noqa: F401
