@@ -23,3 +23,4 @@ from ._functions import (  # noqa: F401
     softplus,
     swish,
 )
+from ._activations import *  # noqa: E402,F401,F403  (issue 12: the rest of jax.nn)

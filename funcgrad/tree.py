@@ -1,0 +1,35 @@
+"""funcgrad.tree: JAX's `jax.tree` short names over funcgrad.tree_util.
+
+Example:
+    >>> import funcgrad
+    >>> funcgrad.tree.map(lambda v: v * 2, {"a": 1, "b": (2, 3)})
+    {'a': 2, 'b': (4, 6)}
+"""
+from __future__ import annotations
+
+from . import tree_util as _tu
+
+map = _tu.tree_map  # noqa: A001 - JAX's name
+leaves = _tu.tree_leaves
+structure = _tu.tree_structure
+flatten = _tu.tree_flatten
+unflatten = _tu.tree_unflatten
+reduce = _tu.tree_reduce
+all = _tu.tree_all  # noqa: A001
+flatten_with_path = _tu.tree_flatten_with_path
+map_with_path = _tu.tree_map_with_path
+
+
+def leaves_with_path(tree, is_leaf=None):
+    """[(key path, leaf)] in flattening order."""
+    return flatten_with_path(tree, is_leaf)[0]
+
+
+def transpose(outer_treedef, inner_treedef, pytree_to_transpose):
+    """Turn a tree of trees (outer of inner) into a tree of trees (inner of outer)."""
+    flat = leaves(pytree_to_transpose)
+    n_in = inner_treedef.num_leaves
+    n_out = len(flat) // max(n_in, 1)
+    groups = [flat[i * n_in:(i + 1) * n_in] for i in range(n_out)]
+    cols = [unflatten(outer_treedef, [g[j] for g in groups]) for j in range(n_in)]
+    return unflatten(inner_treedef, cols)
