@@ -82,7 +82,9 @@ class Plan:
     def __call__(self, args: list) -> list:
         self.calls += 1
         bufs = [a.buf for a in args]
-        if self.calls == 1 or not self.static_ok:
+        if self.calls == 1:   # compiles every kernel: a progress line when that takes a while
+            return self._wrap(self._run(bufs, progress=_Progress(len(self.steps))))
+        if not self.static_ok:
             return self._wrap(self._run(bufs))
         bufs = [b if b.is_contiguous() else _contiguous(b) for b in bufs]
         if self.layout is None:
@@ -194,7 +196,7 @@ class Plan:
 
     # the steps ------------------------------------------------------------------------------
 
-    def _run(self, arg_bufs: list) -> list:
+    def _run(self, arg_bufs: list, progress=None) -> list:
         """Launch every step (on runtime.stream()); returns the output buffers."""
         env = {}
         expr = self.expr
@@ -228,6 +230,10 @@ class Plan:
             for v in self.free_after[i]:
                 if v not in expr.in_binders:
                     env.pop(v, None)
+            if progress is not None:
+                progress(i + 1)
+        if progress is not None:
+            progress.done()
         return [read(o) for o in expr.outs]
 
     def _run_fused(self, c, env):
@@ -259,6 +265,28 @@ class Plan:
                 lines.append(f"  fused[{ops}] {list(s.shape)}: "
                              f"{len(fusion.external_inputs(s))} in, {len(s.outputs)} out")
         return "\n".join(lines)
+
+
+class _Progress:
+    """A one-line progress report on stderr, shown once a first call has run for 1 s."""
+
+    def __init__(self, total: int):
+        self.total, self.t0, self.shown, self.last = total, time.perf_counter(), False, 0.0
+
+    def __call__(self, i: int):
+        now = time.perf_counter() - self.t0
+        if now > 1.0 and now - self.last > 0.5:
+            self.last, self.shown = now, True
+            import sys
+            sys.stderr.write(f"\rfuncgrad: compiling CUDA kernels, step {i}/{self.total} "
+                             f"({now:.0f} s)")
+            sys.stderr.flush()
+
+    def done(self):
+        if self.shown:
+            import sys
+            sys.stderr.write(f"\rfuncgrad: compiled {self.total} steps in "
+                             f"{time.perf_counter() - self.t0:.1f} s\n")
 
 
 def _reads(kind, s):
