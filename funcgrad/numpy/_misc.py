@@ -109,25 +109,6 @@ def poly(seq_of_zeros):
     return out
 
 
-def polyfit(x, y, deg, rcond=None, full=False, w=None, cov=False):
-    """Least-squares polynomial fit (coefficients highest power first)."""
-    from . import linalg
-    from ._index_tricks import vander
-    x = asarray(x)
-    y = asarray(y)
-    dt = _float_dtype(result_type(x, y))
-    a = vander(asarray(x, dt), int(deg) + 1)
-    b = asarray(y, dt)
-    if w is not None:
-        ww = asarray(w, dt)
-        a = a * reshape(ww, (-1, 1))
-        b = b * (ww if b.ndim == 1 else reshape(ww, (-1, 1)))
-    scale = (a * a).sum(axis=0) ** 0.5
-    scale = where(scale == 0, 1.0, scale)
-    c = linalg.lstsq(a / scale, b, rcond=rcond)[0]
-    return (c.T / scale).T
-
-
 # ---------------------------------------------------------------------------------------------
 # interpolation and spacing
 # ---------------------------------------------------------------------------------------------
@@ -424,7 +405,6 @@ __all__ = [
     "polyder",
     "polyint",
     "poly",
-    "polyfit",
     "interp",
     "geomspace",
     "logspace",
