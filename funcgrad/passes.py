@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import attention_pattern
 from . import prims as P
 from .core import (
     Array,
@@ -188,6 +189,7 @@ def optimize(expr: Expr, consts: list) -> tuple[Expr, list]:
             with source_info(e.src), eqn_tag(e.tag):
                 env[e.out] = rw.apply(e.prim, [read(x) for x in e.inputs], e.params)
         new_expr, new_consts = b.build(ins, [read(o) for o in expr.outs])
+    new_expr, new_consts = attention_pattern.rewrite(new_expr, new_consts)  # -> flash attention
     return dce(new_expr, new_consts)
 
 

@@ -135,3 +135,50 @@ def test_jitted_step_stores_no_t_by_s_buffer():
     names = [e.prim.name for e in closed.eqns]
     assert {"attention", "attention_stats", "attention_dq", "attention_dkv"} <= set(names)
     assert not any(e.out.aval.shape[-2:] == (t, t) for e in closed.eqns), names
+
+
+def _names(f, *args):
+    return [e.prim.name for e in funcgrad.jit(f).lower(*args).expr.eqns]
+
+
+@pytest.mark.parametrize("case", CASES[:3], ids=str)
+def test_composed_pattern_is_rewritten_under_jit(case):
+    *dims, causal = case
+    q, k, v = _qkv(np.random.default_rng(10), *dims)
+    if q.shape[2] != k.shape[2]:   # the pattern is plain multi-head (no repeat)
+        g = q.shape[2] // k.shape[2]
+        k, v = np.repeat(k, g, axis=2), np.repeat(v, g, axis=2)
+    f = lambda q, k, v: composed(q, k, v, causal)  # noqa: E731
+    names = _names(f, q, k, v)
+    assert "attention" in names and "softmax" not in names, names
+    np.testing.assert_allclose(np.asarray(funcgrad.jit(f)(q, k, v)), np.asarray(f(q, k, v)),
+                               rtol=1e-10, atol=1e-12)
+
+
+def test_pattern_variants_and_non_matches():
+    rng = np.random.default_rng(11)
+    args = [rng.standard_normal((3, 5, 4)) for _ in range(3)]   # [N, T, H]: one batch dim
+    tril = np.tril(np.ones((5, 5), bool))
+
+    def att(mask, fill=-1e30, div=True):
+        def f(q, k, v):
+            s = q @ fnp.swapaxes(k, -1, -2)
+            s = s / 2.0 if div else s
+            if mask is not None:
+                s = fnp.where(mask, s, fill)
+            return nn.softmax(s, axis=-1) @ v
+        return f
+    for f in (att(tril), att(None), att(np.ones((5, 5), bool)), att(tril, div=False),
+              att(tril, fill=-np.inf)):
+        names = _names(f, *args)
+        assert "attention" in names and "softmax" not in names, names
+        np.testing.assert_allclose(np.asarray(funcgrad.jit(f)(*args)), np.asarray(f(*args)),
+                                   rtol=1e-10, atol=1e-12)
+    band = np.triu(tril, -1)   # not causal: stays composed
+    for f in (att(band), att(tril, fill=-1.0)):
+        assert "softmax" in _names(f, *args)
+
+    def shared(q, k, v):   # the probabilities used elsewhere: stays composed
+        p = nn.softmax(q @ fnp.swapaxes(k, -1, -2), -1)
+        return fnp.sum(p @ v) + fnp.sum(p)
+    assert "attention" not in _names(shared, *args)

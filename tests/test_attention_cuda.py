@@ -44,7 +44,8 @@ def test_kernels_match_numpy(case, dtype):
     prm = {"scale": 0.7, "causal": causal}
     o = A._attn_impl(q, k, v, **prm)
     st = A._stats_impl(q, k, o, do, **prm)
-    tol = {"rtol": 1e-4, "atol": 1e-5} if dtype == np.float32 else {"rtol": 1e-11}
+    tol = ({"rtol": 1e-4, "atol": 1e-5} if dtype == np.float32
+           else {"rtol": 1e-11, "atol": 1e-13})
     qd, kd, vd, dod, od, std = _dev(q, k, v, do, o, st)
     for prim, args, want in [
             (A.attention_p, (qd, kd, vd), o), (A.attention_stats_p, (qd, kd, od, dod), st),

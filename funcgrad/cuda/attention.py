@@ -47,11 +47,37 @@ def _at(name, i0, i1, i2, i3):
 
 
 def _dot(lines, ind, var, regs, base, n, ct):
+    """var = sum_d regs{d} * sm[base + d], in four independent partial sums (ILP)."""
     if n == 0:
         lines.append(f"{ind}{var} = {ct}(0)")
         return
-    lines.append(f"{ind}{var} = {regs}0 * sm[{base}]")
-    lines += [f"{ind}{var} += {regs}{d} * sm[{base} + {d}]" for d in range(1, n)]
+    w = min(4, n)
+    for d in range(n):
+        op = "=" if d < w else "+="
+        lines.append(f"{ind}{var}_{d % w} {op} {regs}{d} * sm[{base} + {d}]")
+    parts = [f"{var}_{i}" for i in range(w)]
+    while len(parts) > 1:
+        parts = [f"({parts[i]} + {parts[i + 1]})" if i + 1 < len(parts) else parts[i]
+                 for i in range(0, len(parts), 2)]
+    lines.append(f"{ind}{var} = {parts[0]}")
+
+
+def _tile_load(ind, op, pos, limit, head, width, base, bt, nt, ct):
+    """Unrolled cooperative load of rows [c0, c0 + bt) of operand `op` (head `head`) into
+    sm[base + j * (width + 1) + d]: every load is issued before the first store."""
+    n = bt * width
+    tail = n % nt != 0
+    L = []
+    for u in range(-(-n // nt)):
+        cond = f"{pos}_ < {limit}" + (f" and i < {n}" if tail else "")
+        L += [f"{ind}i = tid + {u * nt}", f"{ind}j = i // {width}", f"{ind}d = i - j * {width}",
+              f"{ind}{pos}_ = c0 + j",
+              f"{ind}ld{u} = {ct}({_at(op, 'b', pos + '_', head, 'd')}) if {cond} else {ct}(0)"]
+    for u in range(-(-n // nt)):
+        L += [f"{ind}i = tid + {u * nt}", f"{ind}j = i // {width}", f"{ind}d = i - j * {width}"]
+        st = f"sm[{base} + j * {width + 1} + d] = ld{u}"
+        L += [f"{ind}if i < {n}:", f"{ind}    {st}"] if tail else [f"{ind}{st}"]
+    return L
 
 
 def _source(mode, dtype, st_dtype, h, hv, causal):
@@ -77,17 +103,10 @@ def _source(mode, dtype, st_dtype, h, hv, causal):
         L += [f"    q{d} = {ct}({_at('q', 'b', 't', 'n', d)})" for d in range(h)]
         lim = f"min(S, row0 + {br})" if causal else "S"
         # the key/value tiles: keys [c0, c0 + BT) of head kh
-        tile_loads = [f"{I}    for i in range({'tid'}, {bt * h}, {nt}):",
-                      f"{I}        j = i // {h}", f"{I}        d = i - j * {h}",
-                      f"{I}        s = c0 + j",
-                      f"{I}        sm[j * {h + 1} + d] = {ct}({_at('k', 'b', 's', 'kh', 'd')}) "
-                      "if s < S else 0"]
+        tile_loads = _tile_load(I + "    ", "k", "s", "S", "kh", h, 0, bt, nt, ct)
         if mode != "stats":
-            tile_loads += [f"{I}    for i in range(tid, {bt * hv}, {nt}):",
-                           f"{I}        j = i // {hv}", f"{I}        d = i - j * {hv}",
-                           f"{I}        s = c0 + j",
-                           f"{I}        sm[{bt * (h + 1)} + j * {hv + 1} + d] = "
-                           f"{ct}({_at('v', 'b', 's', 'kh', 'd')}) if s < S else 0"]
+            tile_loads += _tile_load(I + "    ", "v", "s", "S", "kh", hv, bt * (h + 1), bt, nt,
+                                     ct)
         if mode in ("fwd", "stats"):
             L += [f"    m = NEG", f"    ls = {ct}(0)"]
             if mode == "fwd":
@@ -142,16 +161,8 @@ def _source(mode, dtype, st_dtype, h, hv, causal):
         start = "row0" if causal else "0"
         L += ["    for gi in range(G):", "        n = kh * G + gi",
               f"        for c0 in range({start}, T, {bt}):",
-              f"            for i in range(tid, {bt * h}, {nt}):",
-              f"                j = i // {h}", f"                d = i - j * {h}",
-              "                t = c0 + j",
-              f"                sm[j * {h + 1} + d] = {ct}({_at('q', 'b', 't', 'n', 'd')}) "
-              "if t < T else 0",
-              f"            for i in range(tid, {bt * hv}, {nt}):",
-              f"                j = i // {hv}", f"                d = i - j * {hv}",
-              "                t = c0 + j",
-              f"                sm[{gb} + j * {hv + 1} + d] = "
-              f"{ct}({_at('g', 'b', 't', 'n', 'd')}) if t < T else 0",
+              ] + _tile_load("            ", "q", "t", "T", "n", h, 0, bt, nt, ct) + \
+            _tile_load("            ", "g", "t", "T", "n", hv, gb, bt, nt, ct) + [
               f"            for j in range(tid, {bt}, {nt}):", "                t = c0 + j",
               "                if t < T:",
               "                    sti = sto + ((b * N + n) * T + t) * 2",
