@@ -10,85 +10,11 @@ from funcgrad import optim
 from funcgrad.tree_util import tree_map
 
 import optim_refs as R
-
-# ---------------------------------------------------------------------------------------------
-# problems: loss in funcgrad, loss and gradient in numpy
-# ---------------------------------------------------------------------------------------------
-
-QC = {"w": np.array([1.0, 2.0, 0.5]), "m": np.array([[1.0, 3.0, 0.2], [2.0, 0.7, 1.5]])}
-QT = {"w": np.array([0.3, -0.2, 1.0]), "m": np.array([[0.5, 0.1, -0.4], [0.0, 0.9, 0.2]])}
-QP0 = {"w": np.array([0.5, -1.0, 2.0]), "m": np.array([[1.0, -0.5, 0.3], [-2.0, 0.8, 1.2]])}
-RP0 = {"xy": np.array([-1.2, 1.0])}
-
-
-def quad_fg(p):
-    return sum(0.5 * fnp.sum(QC[k] * (p[k] - QT[k]) ** 2) for k in ("w", "m"))
-
-
-def quad_np(p):
-    return sum(0.5 * float(np.sum(QC[k] * (p[k] - QT[k]) ** 2)) for k in ("w", "m"))
-
-
-def quad_grad(p):
-    return {k: QC[k] * (p[k] - QT[k]) for k in p}
-
-
-def rosen_fg(p):
-    x, y = p["xy"][0], p["xy"][1]
-    return (1 - x) ** 2 + 100 * (y - x ** 2) ** 2
-
-
-def rosen_np(p):
-    x, y = p["xy"]
-    return float((1 - x) ** 2 + 100 * (y - x ** 2) ** 2)
-
-
-def rosen_grad(p):
-    x, y = p["xy"]
-    return {"xy": np.array([-2 * (1 - x) - 400 * x * (y - x ** 2), 200 * (y - x ** 2)])}
-
-
-PROBLEMS = {"quadratic": (quad_fg, quad_np, quad_grad, QP0),
-            "rosenbrock": (rosen_fg, rosen_np, rosen_grad, RP0)}
-
-
-def to_fg(tree):
-    return {k: fnp.asarray(np.asarray(v, np.float64)) for k, v in tree.items()}
-
-
-def run_funcgrad(opt, problem, steps, extra=None, jit=False):
-    loss, _, _, p0 = PROBLEMS[problem]
-    params = to_fg(p0)
-    state = opt.init(params)
-
-    def step(params, state):
-        value, grads = funcgrad.value_and_grad(loss)(params)
-        kw = extra(value, loss) if extra else {}
-        updates, state = opt.update(grads, state, params, **kw)
-        return optim.apply_updates(params, updates), state
-    if jit:
-        step = funcgrad.jit(step)
-    traj = []
-    for _ in range(steps):
-        params, state = step(params, state)
-        traj.append({k: np.asarray(v, np.float64) for k, v in params.items()})
-    return traj
-
-
-def run_numpy(ref, problem, steps):
-    _, loss, grad, p0 = PROBLEMS[problem]
-    p = {k: np.asarray(v, np.float64).copy() for k, v in p0.items()}
-    traj = []
-    for _ in range(steps):
-        u = ref(grad(p), p, loss(p))
-        p = {k: p[k] + u[k] for k in p}
-        traj.append({k: v.copy() for k, v in p.items()})
-    return traj
+from optim_refs import PROBLEMS, QP0, quad_fg, run_funcgrad, run_numpy, to_fg
 
 
 def value_kw(value, loss):
     return {"value": value}
-
 
 
 def sc(t, lr):
