@@ -64,6 +64,7 @@ class Plan:
         self.static_error = None
         self.graphs = None          # graphs.GraphSet on a real GPU
         self.graph_error = None
+        self.compile_info = {}
         self.arena_raws = None
         self.out_sets = [None, None]
         self.live = [[], []]        # weak references to the result blocks of each set
@@ -83,6 +84,8 @@ class Plan:
         self.calls += 1
         bufs = [a.buf for a in args]
         if self.calls == 1:   # compiles every kernel: a progress line when that takes a while
+            from .compile import prewarm
+            self.compile_info = prewarm(self, bufs)
             return self._wrap(self._run(bufs, progress=_Progress(len(self.steps))))
         if not self.static_ok:
             return self._wrap(self._run(bufs))

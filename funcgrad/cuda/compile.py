@@ -1,0 +1,152 @@
+"""Parallel kernel compilation for a plan's first call on a real GPU.
+
+numba compiles a kernel the first time it is launched with new argument types, one after the
+other, ~0.2-0.5 s each: a GPT step's few hundred kernels took over a minute. Before a plan's
+first call, `prewarm` runs the plan *dry*: every launch is recorded (kernel and argument
+types) instead of executed, device checks and host reads are skipped. The kernels not yet
+compiled are then compiled by a pool of worker processes (spawned, each with its own CUDA
+context), which write them to numba's disk cache (every funcgrad kernel is `cache=True`); the
+real first call then loads them from the cache. Kernels are grouped by function so that no two
+workers write the same cache index.
+
+Workers are plain `python -c` subprocesses fed a pickled job on stdin (not multiprocessing,
+whose spawn start method would re-run an unguarded user script). FUNCGRAD_COMPILE_WORKERS sets
+their number (default: CPU count, at most 16; 0 or 1 turns the pool off).
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+import time
+
+from . import runtime
+
+MIN_KERNELS = 6   # fewer new kernels than this: compiling in-process is as fast
+
+
+def workers() -> int:
+    env = os.environ.get("FUNCGRAD_COMPILE_WORKERS")
+    if env is not None:
+        return max(0, int(env))
+    return min(16, os.cpu_count() or 1)
+
+
+def _locate(disp):
+    """(module name, file path or None, attribute) of a module-level kernel, else None."""
+    fn = getattr(disp, "py_func", None)
+    if fn is None or "<locals>" in fn.__qualname__ or "." in fn.__qualname__:
+        return None
+    mod = sys.modules.get(fn.__module__)
+    if mod is None or getattr(mod, fn.__qualname__, None) is not disp:
+        return None
+    cache = getattr(disp, "_cache", None)
+    if cache is None or type(cache).__name__ == "NullCache":
+        return None
+    path = getattr(mod, "__file__", None) if fn.__module__.startswith("funcgrad_kernels.") \
+        else None
+    return fn.__module__, path, fn.__qualname__
+
+
+def dry_run(plan, bufs) -> dict:
+    """{(module, path, attr): set of argument-type tuples} of the launches plan makes."""
+    from numba.cuda.dispatcher import CUDADispatcher
+    seen: dict = {}
+    orig = CUDADispatcher.call
+
+    def record(self, args, launch_config):
+        where = _locate(self)
+        if where is None:
+            return
+        types = tuple(self.typeof_pyval(a) for a in args)
+        if types in self.overloads:
+            return
+        seen.setdefault(where, set()).add(types)
+
+    CUDADispatcher.call = record
+    runtime.dry_run, prev_def = True, runtime._deferred
+    runtime._deferred = []
+    try:
+        plan._run(bufs)
+    finally:
+        CUDADispatcher.call = orig
+        runtime.dry_run, runtime._deferred = False, prev_def
+    return seen
+
+
+def _compile_group(item):
+    """Worker: compile one kernel's signatures (written to numba's disk cache)."""
+    modname, path, attr, sigs = item
+    t0 = time.perf_counter()
+    mod = sys.modules.get(modname)
+    if mod is None:
+        if path is not None:
+            spec = importlib.util.spec_from_file_location(modname, path)
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules[modname] = mod
+            spec.loader.exec_module(mod)
+        else:
+            mod = importlib.import_module(modname)
+    disp = getattr(mod, attr)
+    for types in sigs:
+        disp.compile(types)
+    return time.perf_counter() - t0
+
+
+def _worker_main():
+    """Entry point of a compile worker: groups pickled on stdin, seconds spent on stdout."""
+    import pickle
+    from numba import cuda
+    from numba.cuda.core import config
+    config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
+    cuda.current_context()
+    groups = pickle.loads(sys.stdin.buffer.read())
+    print(sum(_compile_group(g) for g in groups), flush=True)
+
+
+def prewarm(plan, bufs) -> dict:
+    """Compile the kernels of plan's first call in parallel; returns what it did."""
+    n = workers()
+    if runtime.SIM or n <= 1:
+        return {}
+    t0 = time.perf_counter()
+    try:
+        seen = dry_run(plan, bufs)
+    except Exception as e:  # noqa: BLE001 - the real run compiles lazily instead
+        return {"error": repr(e)}
+    groups = [(m, p, a, sorted(s, key=str)) for (m, p, a), s in seen.items()]
+    count = sum(len(g[3]) for g in groups)
+    if count < MIN_KERNELS:
+        return {"kernels": count}
+    import pickle
+    import subprocess
+    n = min(n, len(groups))
+    buckets = [[] for _ in range(n)]
+    load = [0] * n
+    for g in sorted(groups, key=lambda g: -len(g[3])):   # greedy: fewest kernels first
+        j = load.index(min(load))
+        buckets[j].append(g)
+        load[j] += len(g[3])
+    sys.stderr.write(f"\rfuncgrad: compiling {count} CUDA kernels in {n} processes")
+    sys.stderr.flush()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    code = "from funcgrad.cuda.compile import _worker_main; _worker_main()"
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+             for _ in buckets]
+    for p, b in zip(procs, buckets):
+        p.stdin.write(pickle.dumps(b))
+        p.stdin.close()
+    spent, errors = 0.0, []
+    for p in procs:
+        out, err = p.stdout.read(), p.stderr.read()
+        p.wait()
+        if p.returncode:
+            errors.append(err.decode(errors="replace")[-400:])
+        else:
+            spent += float(out.decode().strip() or 0)
+    wall = time.perf_counter() - t0
+    sys.stderr.write(f"\rfuncgrad: compiled {count} CUDA kernels in {wall:.1f} s "
+                     f"({spent:.1f} s of compile time in {n} processes)\n")
+    return {"kernels": count, "wall_s": wall, "compile_s": spent, "errors": errors}
