@@ -358,3 +358,22 @@ def test_numerics_helpers():
     state = optim.adam(0.1).init({"a": fnp.ones(2)})
     mapped = optim.tree_map_params(optim.adam(0.1), lambda v: v + 2.0, state)
     assert mapped[0].nu["a"].tolist() == [2.0, 2.0] and int(mapped[0].count) == 0
+
+
+def test_nnls_and_multi_normal():
+    scipy_optimize = pytest.importorskip("scipy.optimize")
+    rng = np.random.default_rng(3)
+    A, b = rng.normal(size=(6, 3)), rng.normal(size=6)
+    want, _ = scipy_optimize.nnls(A, b)
+    got = np.asarray(optim.nnls(fnp.asarray(A), fnp.asarray(b), 3000))
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    loc, log_scale = np.array([0.5, -1.0]), np.array([0.1, -0.3])
+    d = optim.multi_normal(fnp.asarray(loc), fnp.asarray(log_scale))
+    x = np.array([[0.2, 0.0], [1.0, -2.0]])
+    sd = np.exp(log_scale)
+    want = (-0.5 * ((x - loc) / sd) ** 2 - np.log(sd) - 0.5 * np.log(2 * np.pi)).sum(-1)
+    np.testing.assert_allclose(np.asarray(d.log_prob(fnp.asarray(x))), want, rtol=1e-12)
+    samples = np.asarray(d.sample((4000,), funcgrad.random.PRNGKey(0)))
+    assert samples.shape == (4000, 2)
+    np.testing.assert_allclose(samples.mean(0), loc, atol=0.1)
+    np.testing.assert_allclose(samples.std(0), sd, rtol=0.1)

@@ -36,7 +36,8 @@ from .losses import (
                    softmax_cross_entropy_with_integer_labels, squared_error,
 )
 from .numerics import (
-                   bias_correction, incremental_update, periodic_update, power_iteration,
+                   bias_correction, incremental_update, multi_normal, nnls, periodic_update,
+                   power_iteration,
                    safe_norm, safe_root_mean_squares, scale_gradient, tree_map_params,
                    update_infinity_moment, update_moment, update_moment_per_elem_norm,
 )

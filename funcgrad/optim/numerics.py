@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from .. import lax
 from .. import numpy as fnp
 from .. import random
@@ -224,6 +226,82 @@ def scale_gradient(inputs, scale):
     return tree_map(one, inputs)
 
 
+def nnls(A, b, iters: int, unroll=1, L=None):  # noqa: N803
+    """Non-negative least squares ``argmin_{x >= 0} ||A x - b||`` by Polyak's (2015) fast
+    projected gradient, ``iters`` iterations from zero.
+
+    Args:
+        A: ``(M, N)`` matrix.
+        b: ``(M,)`` or ``(M, K)``.
+        iters: the number of iterations.
+        unroll: accepted for optax compatibility.
+        L: an upper bound on the spectral radius of ``A^T A`` (default min(Frobenius, 1-norm)).
+
+    Example:
+        >>> x = nnls(fnp.asarray([[1.0, 2.0], [3.0, 4.0]]), fnp.asarray([5.0, 6.0]), 1000)
+        >>> [round(v, 2) for v in x.tolist()]
+        [0.0, 1.7]
+    """
+    del unroll
+    A, b = fnp.asarray(A), fnp.asarray(b)
+    if A.ndim != 2 or b.ndim not in (1, 2) or b.shape[0] != A.shape[0]:
+        raise ValueError(f"nnls: expected A (M, N) and b (M,) or (M, K); got {A.shape} and "
+                         f"{b.shape}")
+    Q = fnp.matmul(fnp.transpose(A), A)  # noqa: N806
+    q = fnp.matmul(fnp.transpose(A), b)
+    if L is None:
+        L = fnp.minimum(fnp.sqrt(fnp.sum(Q * Q)), fnp.max(fnp.sum(fnp.abs(Q), axis=0)))
+    L = fnp.where(L == 0, 1.0, L)
+
+    def step(carry, _):
+        x, p, c = carry
+        cn = (1 + fnp.sqrt(1 + 4 * c ** 2)) / 2
+        xn = fnp.maximum(p - (fnp.matmul(Q, p) - q) / L, 0.0)
+        return (xn, xn + (c - 1) / cn * (xn - x), cn), None
+    x = fnp.zeros(A.shape[-1:] + b.shape[1:], b.dtype)
+    (x, _, _), _ = lax.scan(step, (x, x, fnp.asarray(0.0, b.dtype)), length=iters)
+    return x
+
+
+class MultiNormalDiagFromLogScale:
+    """A diagonal Gaussian parameterised by its mean and log standard deviation."""
+
+    def __init__(self, loc, log_scale):
+        self._log_scale = fnp.asarray(log_scale)
+        self._scale = fnp.exp(self._log_scale)
+        self._mean = fnp.asarray(loc)
+        self._param_shape = fnp.broadcast_shapes(self._mean.shape, self._scale.shape)
+
+    def sample(self, shape, key):
+        """``shape + param_shape`` draws: ``normal * scale + mean``."""
+        return random.normal(key, tuple(shape) + self._param_shape) * self._scale + self._mean
+
+    def log_prob(self, x):
+        """The log density, summed over the parameter axes."""
+        z = (fnp.asarray(x) - self._mean) / self._scale
+        lp = -0.5 * z * z - self._log_scale - 0.5 * float(np.log(2 * np.pi))
+        return fnp.sum(lp, axis=tuple(-(i + 1) for i in range(len(self._param_shape))))
+
+    @property
+    def log_scale(self):
+        return self._log_scale
+
+    @property
+    def params(self):
+        return [self._mean, self._log_scale]
+
+
+def multi_normal(loc, log_scale) -> MultiNormalDiagFromLogScale:
+    """A diagonal Gaussian from its mean and log standard deviation.
+
+    Example:
+        >>> d = multi_normal(fnp.zeros(2), fnp.zeros(2))
+        >>> round(float(d.log_prob(fnp.zeros(2))), 6)  # -log(2 pi)
+        -1.837877
+    """
+    return MultiNormalDiagFromLogScale(loc, log_scale)
+
+
 # ---------------------------------------------------------------------------------------------
 # tree_map_params
 # ---------------------------------------------------------------------------------------------
@@ -269,7 +347,8 @@ def tree_map_params(initable: Any, f: Callable, state, /, *rest,
                     is_leaf=lambda v: isinstance(v, _ParamsPlaceholder))
 
 
-__all__ = ["abs_sq", "bias_correction", "incremental_update", "periodic_update",
+__all__ = ["MultiNormalDiagFromLogScale", "abs_sq", "bias_correction", "incremental_update",
+           "multi_normal", "nnls", "periodic_update",
            "power_iteration", "safe_norm", "safe_root_mean_squares", "scale_gradient",
            "tree_map_params", "update_infinity_moment", "update_moment",
            "update_moment_per_elem_norm"]
