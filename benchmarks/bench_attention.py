@@ -56,6 +56,20 @@ def main(b=16, n=6, t=256, h=64):
         emit(what="attention_fwd_ms", impl=name, value=ms_f, tflops=fwd_flop / ms_f / 1e9)
         emit(what="attention_fwd_bwd_ms", impl=name, value=ms_b,
              tflops=total_flop / ms_b / 1e9)
+    from funcgrad.cuda import attention as cuda_attention
+    default = cuda_attention.GPU_GEOMETRY
+    for geom in ((16, 4), (32, 2), (64, 2), (32, 8)):   # rows per block, lanes per row
+        cuda_attention.GPU_GEOMETRY = geom
+        step = funcgrad.jit(funcgrad.value_and_grad(
+            lambda q, k, v: fnp.sum(fused(q, k, v) * dw), argnums=(0, 1, 2)))
+        fwd = funcgrad.jit(fused)
+        ms_f = median_seconds(lambda: fwd(dq, dk, dv).block_until_ready()) * 1e3
+        ms_b = median_seconds(lambda: step(dq, dk, dv)[1][2].block_until_ready()) * 1e3
+        err = max(float(np.abs(np.asarray(a) - b).max())
+                  for a, b in zip(step(dq, dk, dv)[1], outs["funcgrad_fused"][1]))
+        emit(what="fused_geometry", rows_lanes=geom, fwd_ms=ms_f, fwd_bwd_ms=ms_b,
+             max_abs_grad_diff=err)
+    cuda_attention.GPU_GEOMETRY = default
     (o1, g1), (o2, g2) = outs["funcgrad_fused"], outs["funcgrad_composed"]
     emit(what="fused_vs_composed_max_abs", out=float(np.abs(o1 - o2).max()),
          grads=[float(np.abs(a - c).max()) for a, c in zip(g1, g2)])

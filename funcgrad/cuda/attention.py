@@ -226,7 +226,7 @@ def _args(x: DeviceBuffer):
 def _launch(mode, ops, extra, out, q, k, v_dim, scale, causal, st_dtype):
     b, t, n, h = q.shape
     s, kh = k.shape[1], k.shape[2]
-    key = ("attention", mode, q.dtype.name, h, v_dim, bool(causal))
+    key = ("attention", mode, q.dtype.name, h, v_dim, bool(causal), GPU_GEOMETRY)
     kern = runtime.kernel(key, lambda: _source(mode, q.dtype, st_dtype, h, v_dim, causal))
     br, ln, _, _ = _geometry(mode, h, v_dim, q.dtype.itemsize)
     rows, heads = (s, kh) if mode == "dkv" else (t, n)
