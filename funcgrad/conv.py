@@ -170,10 +170,11 @@ def _conv_shape(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dilation
     return ShapedArray(shape, out_dtype)
 
 
-def pad_dilate(x: np.ndarray, pads, dilation, value, first: int = 0) -> np.ndarray:
-    """x with k - 1 holes between neighbours along axes first, first + 1, ... and then
-    (lo, hi) edges of `value` (a negative edge crops), the holes holding `value` too."""
-    axes = range(first, first + len(pads))
+def pad_dilate(x: np.ndarray, pads, dilation, value, axes=None) -> np.ndarray:
+    """x with k - 1 holes between neighbours along `axes` (default: the leading ones) and
+    then (lo, hi) edges of `value` (a negative edge crops), the holes holding `value` too.
+    The result keeps x's memory layout."""
+    axes = range(len(pads)) if axes is None else axes
     if all(d == 1 for d in dilation) and all(lo == 0 and hi == 0 for lo, hi in pads):
         return x
     shape, put, crop = list(x.shape), [slice(None)] * x.ndim, [slice(None)] * x.ndim
@@ -182,7 +183,9 @@ def pad_dilate(x: np.ndarray, pads, dilation, value, first: int = 0) -> np.ndarr
         shape[ax] = full
         put[ax] = slice(max(lo, 0), max(lo, 0) + dilate_dim(x.shape[ax], k), k)
         crop[ax] = slice(max(-lo, 0), full - max(-hi, 0))
-    out = np.full(shape, value, dtype=x.dtype)
+    order = np.argsort([-abs(st) for st in x.strides], kind="stable")   # x's memory order
+    out = np.transpose(np.full([shape[a] for a in order], value, dtype=x.dtype),
+                       np.argsort(order))
     out[tuple(put)] = x
     return out[tuple(crop)]
 
@@ -209,9 +212,9 @@ def _conv_impl(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dilation,
     ls, rs, os_ = dimension_numbers
     out_dt = lhs.dtype if preferred_element_type is None else np.dtype(preferred_element_type)
     ct = _compute_dtype(out_dt)
-    x = np.transpose(lhs, ls).astype(ct, copy=False)     # (N, C, *S)
-    w = np.transpose(rhs, rs).astype(ct, copy=False)     # (O, I, *K)
-    x = pad_dilate(x, padding, lhs_dilation, 0, first=2)
+    x = pad_dilate(lhs.astype(ct, copy=False), padding, lhs_dilation, 0, axes=ls[2:])
+    x = np.transpose(x, ls)                                  # (N, C, *S), a view
+    w = np.transpose(rhs, rs).astype(ct, copy=False)         # (O, I, *K)
     nsp = x.ndim - 2
     N, C = x.shape[:2]
     O, I = w.shape[:2]
@@ -221,17 +224,21 @@ def _conv_impl(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dilation,
     cols = window_view(x, out_sp, ks, window_strides, rhs_dilation, first=2)  # (N,C,*O,*K)
     sp_axes = list(range(3, 3 + nsp))
     k_axes = list(range(3 + nsp, 3 + 2 * nsp))
+    # a row's columns are (feature, taps) or, when the features are x's innermost axis,
+    # (taps, feature), so the im2col copy reads contiguous runs
+    c_minor = nsp > 0 and abs(x.strides[1]) <= min(abs(st) for st in x.strides[2:])
+    inner = k_axes + [2] if c_minor else [2] + k_axes
     M, KK = math.prod(out_sp), math.prod(ks)
     if batch_group_count > 1:   # batch groups are the major part of the batch axis
         G = batch_group_count
-        g = cols.reshape((G, N // G) + cols.shape[1:])
-        g = g.transpose([0, 1] + sp_axes + [2] + k_axes)
+        g = cols.reshape((G, N // G) + cols.shape[1:]).transpose([0, 1] + sp_axes + inner)
         rows, n_out = g.reshape(G, (N // G) * M, C * KK), N // G
     else:
         G = feature_group_count
-        g = cols.reshape((N, G, C // G) + cols.shape[2:])
-        g = g.transpose([1, 0] + sp_axes + [2] + k_axes)
+        g = cols.reshape((N, G, C // G) + cols.shape[2:]).transpose([1, 0] + sp_axes + inner)
         rows, n_out = g.reshape(G, N * M, (C // G) * KK), N
+    if c_minor:
+        w = np.transpose(w, [0] + list(range(2, 2 + nsp)) + [1])   # (O, *K, I)
     wm = w.reshape(G, O // G, I * KK).transpose(0, 2, 1)
     res = np.matmul(rows, wm)                                # (G, n_out * M, O / G)
     res = res.reshape((G, n_out) + tuple(out_sp) + (O // G,))
