@@ -286,3 +286,10 @@ def test_tree_utils():
     assert T.tree_update_infinity_moment(a, b, 0.5, 0.0)["x"].tolist() == [1.0, 2.0]
     assert T.tree_update_moment_per_elem_norm(a, b, 0.5, 2)["x"].tolist() == [0.75, 4.0]
     assert T.tree_map_params is optim.tree_map_params
+
+
+def test_tree_short_names():
+    from funcgrad.optim import tree, tree_utils
+    for name in tree.__all__:
+        assert getattr(tree, name) is getattr(tree_utils, "tree_" + name)
+    assert float(tree.norm({"a": f([3.0]), "b": f([4.0])})) == 5.0

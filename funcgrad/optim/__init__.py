@@ -10,7 +10,7 @@ Example:
     >>> updates, state = opt.update(grads, state, params)
     >>> params = optim.apply_updates(params, updates)
 """
-from . import losses, schedules, transforms, tree_utils
+from . import losses, schedules, transforms, tree, tree_utils
 from .aliases import adam, adamw, lion, rmsprop, sgd
 from .aliases_more import (
                    adabelief, adadelta, adafactor, adagrad, adamax, adamaxw, adan, amsgrad,
