@@ -51,9 +51,7 @@ def idiv_{ct}(x, y):
     if y == 0:
         return {ct}(0)
 {neg1}    q = x // y
-    if q < 0 and q * y != x:
-        q += 1
-    return {ct}(q)
+{trunc}    return {ct}(q)
 """,
     "irem": """
 @njit(cache=True, error_model="numpy")
@@ -100,12 +98,12 @@ def ipow_{ct}(x, n):
 
 def _helper_fill(name, ct):
     signed = ct.startswith("int")
-    if name == "idiv":
-        neg1 = ""
-        if signed:
-            neg = "int64(uint64(0) - uint64(x))" if ct == "int64" else "-x"
-            neg1 = f"    if y == -1:\n        return {ct}({neg})\n"
-        return {"neg1": neg1}
+    if name == "idiv":   # unsigned quotients need no rounding (and an int 1 would make a float)
+        if not signed:
+            return {"neg1": "", "trunc": ""}
+        neg = "int64(uint64(0) - uint64(x))" if ct == "int64" else "-x"
+        return {"neg1": f"    if y == -1:\n        return {ct}({neg})\n",
+                "trunc": "    if q < 0 and q * y != x:\n        q += 1\n"}
     if name == "irem":
         q = f"idiv_{ct}(x, y)"
         if ct == "int64":
@@ -136,12 +134,12 @@ def _ipow(a, t):
         if y == 2:
             return f"({x} * {x})"
         return f"({x} ** {t.ct}({y}))"
-    if y < 0:   # numpy: 1 / x**|y| cast back to an integer
-        lo = np.iinfo(t.dtype).min
-        odd = y % 2 != 0
-        return (f"(1 if {x} == 1 else ({('-1 if ' + x + ' == -1 else ') if t.kind == 'i' else ''}"
-                f"({lo} if {x} == 0 else 0)))" if odd else
-                f"(1 if ({x} == 1 or {x} == -1) else ({lo} if {x} == 0 else 0))")
+    if y < 0:
+        # numpy: 1 / (x**|y| wrapped) in float64, cast back: +-1 stay, 1/0 = inf casts (x86)
+        # to the 32-bit minimum, truncated to the type (so 0 for 8 and 16 bits), else 0
+        p = f"{t.ct}({_ipow([x], T(t.dtype, t.dtype, {'y': -y}))})"
+        lo = np.iinfo(t.dtype).min if t.bits >= 32 else 0
+        return f"(1 if {p} == 1 else (-1 if {p} == -1 else ({lo} if {p} == 0 else 0)))"
     if y == 0:
         return "1"
     if _signed64(t):
@@ -234,7 +232,7 @@ OPS: dict = {
     "mul": (2, _wrapping("({0} * {1})"), ()),
     "div": (2, lambda a, t: f"({a[0]} / {a[1]})" if t.f else f"idiv_{t.ct}({a[0]}, {a[1]})",
             ("idiv",)),
-    "rem": (2, lambda a, t: (f"math.fmod({a[0]}, {a[1]})" if t.f
+    "rem": (2, lambda a, t: (f"np.fmod({a[0]}, {a[1]})" if t.f
                              else f"irem_{t.ct}({a[0]}, {a[1]})"), ("idiv", "irem")),
     "pow": (2, _u("({0} ** {1})"), ()),
     "max": (2, _maxmin(">"), ()),
