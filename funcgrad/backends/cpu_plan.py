@@ -68,7 +68,7 @@ class Program:
     """A generated function plan(args, bufs) for one expression, fused or not."""
 
     def __init__(self, expr, consts, fuse: bool):
-        steps = _steps(expr, fuse)
+        self.steps = steps = _steps(expr, fuse)
         keep = {o for o in expr.outs if not isinstance(o, Lit)}
         self.memory = cpu_memory.plan(steps, expr.outs, keep)
         self.kernels = sum(s.kind == "kernel" for s in steps)

@@ -1,0 +1,179 @@
+"""CPU engine: fused plans equal the numpy interpreter, planned buffers, kernel cache, threads."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import funcgrad
+import funcgrad.numpy as fnp
+from funcgrad import jit, nn, optim
+from funcgrad.tree_util import tree_leaves
+
+
+def _mlp_step(sizes, batch, rng):
+    params = [{"w": (rng.standard_normal((a, b)) * 0.3).astype(np.float32),
+               "b": np.zeros(b, np.float32)} for a, b in zip(sizes[:-1], sizes[1:])]
+    x = rng.standard_normal((batch, sizes[0])).astype(np.float32)
+    y = rng.integers(0, sizes[-1], batch).astype(np.int32)
+    opt = optim.adam(1e-2)
+
+    def loss(p):
+        h = x
+        for i, layer in enumerate(p):
+            h = h @ layer["w"] + layer["b"]
+            if i < len(p) - 1:
+                h = nn.relu(h)
+        return fnp.mean(nn.softmax_cross_entropy_with_integer_labels(h, y))
+
+    def step(p, s):
+        val, g = funcgrad.value_and_grad(loss)(p)
+        u, s = opt.update(g, s, p)
+        return optim.apply_updates(p, u), s, val
+    return step, params, opt.init(params)
+
+
+def _run(step, p, s, n):
+    for _ in range(n):
+        p, s, v = step(p, s)
+    return tree_leaves((p, s, v))
+
+
+def test_fused_adam_steps_equal_numpy_plan_bit_for_bit(monkeypatch, rng):
+    step, p, s = _mlp_step([6, 8, 8, 3], 5, rng)
+    monkeypatch.setenv("FUNCGRAD_CPU_FUSE", "0")
+    plain = jit(step)
+    want = _run(plain, p, s, 4)
+    assert not plain.lower(p, s).compile().fused
+    monkeypatch.setenv("FUNCGRAD_CPU_FUSE", "1")
+    monkeypatch.setenv("FUNCGRAD_CPU_FUSE_AFTER", "0")
+    fused = jit(step)
+    got = _run(fused, p, s, 4)
+    plan = fused.lower(p, s).compile()
+    assert plan.fused and plan.program.kernels >= 3
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_plan_fuses_after_its_second_call(monkeypatch, rng):
+    monkeypatch.delenv("FUNCGRAD_CPU_FUSE_AFTER", raising=False)
+    f = jit(lambda x: fnp.maximum(x * 2.0 + 1.0, 0.0))
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    plan = f.lower(x).compile()
+    outs = [np.asarray(f(x)) for _ in range(3)]
+    assert plan.fused and plan.calls == 3
+    for o in outs:
+        np.testing.assert_array_equal(o, np.maximum(x * 2 + 1, 0))
+
+
+def test_arena_reuses_space_by_liveness(monkeypatch, rng):
+    # a chain of products: each intermediate dies after the next product reads it, so the
+    # arena holds two of them at a time, not all of them
+    monkeypatch.setenv("FUNCGRAD_CPU_FUSE_AFTER", "0")
+    ws = [rng.standard_normal((32, 32)).astype(np.float32) for _ in range(6)]
+    x = rng.standard_normal((16, 32)).astype(np.float32)
+
+    def f(x, ws):
+        for w in ws:
+            x = fnp.tanh(x @ w)
+        return x
+
+    plan = jit(f).lower(x, ws).compile()
+    one = 16 * 32 * 4
+    assert plan.program.memory.peak <= 2 * one
+    want = x
+    for w in ws:
+        want = np.tanh(want @ w)
+    np.testing.assert_allclose(np.asarray(jit(f)(x, ws)), want, rtol=1e-5, atol=1e-6)
+
+
+def test_results_are_never_arena_memory(monkeypatch, rng):
+    # a result that is a view of an intermediate (a reshape) is copied out; results of one
+    # call survive the next call, and two plans called in turn keep their own buffers
+    monkeypatch.setenv("FUNCGRAD_CPU_FUSE_AFTER", "0")
+
+    def f(a, b):
+        h = (a @ b) * 2.0
+        return fnp.reshape(h, (-1,)), h.sum()
+
+    def g(a, b):
+        return (a @ b) + 1.0
+
+    a = rng.standard_normal((4, 5)).astype(np.float32)
+    b = rng.standard_normal((5, 3)).astype(np.float32)
+    jf, jg = jit(f), jit(g)
+    first = np.asarray(jf(a, b)[0]).copy()
+    r1 = jf(a, b)[0]
+    gr = jg(a, b)
+    jf(a * 2, b)
+    jg(a * 3, b)
+    np.testing.assert_array_equal(np.asarray(r1), first)
+    np.testing.assert_array_equal(np.asarray(gr), (a @ b) + 1)
+    arena = jf.lower(a, b).compile()._bufs[-1]
+    assert not np.may_share_memory(np.asarray(r1), arena)
+
+
+def test_concurrent_calls_do_not_share_buffers(monkeypatch, rng):
+    monkeypatch.setenv("FUNCGRAD_CPU_FUSE_AFTER", "0")
+    w = rng.standard_normal((64, 64)).astype(np.float32)
+    f = jit(lambda x: fnp.maximum(x @ w * 0.5 + 1.0, 0.0) @ w)
+    xs = [rng.standard_normal((32, 64)).astype(np.float32) for _ in range(4)]
+    want = [np.asarray(f(x)) for x in xs]
+    errors = []
+
+    def work(k):
+        for _ in range(30):
+            got = np.asarray(f(xs[k]))
+            if not np.array_equal(got, want[k]):
+                errors.append(k)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+def test_errors_still_name_the_users_line(monkeypatch):
+    monkeypatch.setenv("FUNCGRAD_CPU_FUSE_AFTER", "0")
+    f = jit(lambda x, i: x[i] * 2.0 + 1.0)
+    with pytest.raises(IndexError, match="test_cpu_engine.py"):
+        f(np.ones(3, np.float32), np.int32(7))
+
+
+def test_identical_layers_share_one_kernel_and_a_new_process_loads_it(tmp_path):
+    # the kernel of a cluster is keyed by its source, not its place or sizes: four layers of
+    # different widths run one bias+relu kernel; a second process compiles nothing
+    code = """
+import numpy as np, funcgrad, funcgrad.numpy as fnp
+from funcgrad import nn
+funcgrad.config.update("default_device", "cpu")
+rng = np.random.default_rng(0)
+ws = [rng.standard_normal((a, b)).astype(np.float32) for a, b in [(3, 8), (8, 5), (5, 9)]]
+bs = [np.ones(w.shape[1], np.float32) for w in ws]
+def f(x, ws, bs):
+    for w, b in zip(ws, bs):
+        x = nn.relu(x @ w + b)
+    return x
+x = rng.standard_normal((4, 3)).astype(np.float32)
+f = funcgrad.jit(f)
+f(x, ws, bs)
+plan = f.lower(x, ws, bs).compile()
+ks = {id(s.fn) for s in plan.program.steps if s.kind == "kernel"}
+hits = sum(sum(s.fn.stats.cache_hits.values()) for s in plan.program.steps if s.kind == "kernel")
+miss = sum(sum(s.fn.stats.cache_misses.values()) for s in plan.program.steps
+           if s.kind == "kernel")
+print(plan.program.kernels, len(ks), hits > 0, miss)
+"""
+    env = dict(os.environ, FUNCGRAD_CACHE_DIR=str(tmp_path), FUNCGRAD_CPU_FUSE_AFTER="0")
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env=env, check=True).stdout.split() for _ in range(2)]
+    assert runs[0][:2] == ["3", "1"] and runs[0][3] != "0"     # compiled once, used thrice
+    assert runs[1][:4] == ["3", "1", "True", "0"]              # loaded from disk
+    files = list((tmp_path / "cpu_kernels").glob("fgc_*.py"))
+    assert len(files) == 1 and oct(os.stat(tmp_path / "cpu_kernels").st_mode)[-3:] == "700"
