@@ -64,18 +64,20 @@ def ref_reduce_window(x, init, op, window, strides, padding, base_dil=None, win_
     return out
 
 
-def conv_configs(draw, st, max_spatial=2, allow_groups=True):
+def conv_configs(draw, st, max_spatial=2, allow_groups=True, nonempty=False):
     """Draw (lhs, rhs, params) for conv_general_dilated: random rank, layout, groups, strides,
-    padding (negative too), dilations; tiny sizes with 0- and 1-sized axes."""
+    padding (negative too), dilations; tiny sizes with 0- and 1-sized axes (none if
+    nonempty)."""
+    lo = 1 if nonempty else 0
     from funcgrad.conv import ConvDimensionNumbers
     nsp = draw(st.integers(0, max_spatial))
     nd = nsp + 2
     mode = draw(st.sampled_from(["none", "feature", "batch"] if allow_groups else ["none"]))
     fg, bg = (2 if mode == "feature" else 1), (2 if mode == "batch" else 1)
-    cg, og, nb = draw(st.integers(1, 2)), draw(st.integers(1, 2)), draw(st.integers(0, 2))
+    cg, og, nb = draw(st.integers(1, 2)), draw(st.integers(1, 2)), draw(st.integers(lo, 2))
     n, c, o = nb * bg, cg * fg, og * max(fg, bg)
-    sp = [draw(st.integers(0, 4)) for _ in range(nsp)]
-    ks = [draw(st.integers(0, 3)) for _ in range(nsp)]
+    sp = [draw(st.integers(lo, 4)) for _ in range(nsp)]
+    ks = [draw(st.integers(lo, 3)) for _ in range(nsp)]
     strides = tuple(draw(st.integers(1, 2)) for _ in range(nsp))
     ld = tuple(draw(st.integers(1, 2)) for _ in range(nsp))
     rd = tuple(draw(st.integers(1, 2)) for _ in range(nsp))
