@@ -74,7 +74,12 @@ def w2_gpt():
         print(fplan.profile_report(), flush=True)
         return
     ms = median_seconds(run, reps=10) * 1e3
-    graph_info(step.lower(state[0], state[1], idx, tgt).compile())
+    plan = step.lower(state[0], state[1], idx, tgt).compile()
+    graph_info(plan)
+    emit(what="W2_compile", **{k: v for k, v in plan.compile_info.items() if k != "errors"},
+         errors=len(plan.compile_info.get("errors", [])))
+    emit(what="W2_memory_plan_MiB", planned=step.lower(state[0], state[1], idx, tgt)
+         .peak_bytes() / 2**20, **{k: v / 2**20 for k, v in plan.planned_bytes().items()})
     from funcgrad import cuda as fcuda
     emit(what="W2_gpt_step_ms", impl="funcgrad_jit", value=ms, first_call_s=first,
          peak_MiB=fcuda.memory_stats()["peak_bytes"] / 2**20)

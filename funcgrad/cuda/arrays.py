@@ -149,6 +149,14 @@ class DeviceBuffer:
         self.offset, self.dtype = int(offset), np.dtype(dtype)
         self._contiguous = None
 
+    @classmethod
+    def make(cls, block, shape: tuple, strides: tuple, offset: int, dtype, contiguous=None):
+        """A view from already-normalized fields (the per-call path of graph replays)."""
+        b = object.__new__(cls)
+        b.block, b.shape, b.strides, b.offset, b.dtype = block, shape, strides, offset, dtype
+        b._contiguous = contiguous
+        return b
+
     @property
     def size(self) -> int:
         return math.prod(self.shape)

@@ -62,6 +62,9 @@ def dry_run(plan, bufs) -> dict:
         types = tuple(self.typeof_pyval(a) for a in args)
         if types in self.overloads:
             return
+        if _cached_on_disk(self):   # load now, in this process (no worker start-up)
+            self.compile(types)
+            return
         seen.setdefault(where, set()).add(types)
 
     CUDADispatcher.call = record
@@ -73,6 +76,14 @@ def dry_run(plan, bufs) -> dict:
         CUDADispatcher.call = orig
         runtime.dry_run, runtime._deferred = False, prev_def
     return seen
+
+
+def _cached_on_disk(disp) -> bool:
+    """True when numba's disk cache has an index for this kernel (signatures usually hit)."""
+    try:
+        return os.path.exists(disp._cache._cache_file._index_path)
+    except AttributeError:
+        return False
 
 
 def _compile_group(item):
@@ -102,7 +113,7 @@ def _worker_main():
     config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
     cuda.current_context()
     groups = pickle.loads(sys.stdin.buffer.read())
-    print(sum(_compile_group(g) for g in groups), flush=True)
+    print(" ".join(f"{_compile_group(g):.3f}:{g[0]}.{g[2]}" for g in groups), flush=True)
 
 
 def prewarm(plan, bufs) -> dict:
@@ -138,15 +149,19 @@ def prewarm(plan, bufs) -> dict:
     for p, b in zip(procs, buckets):
         p.stdin.write(pickle.dumps(b))
         p.stdin.close()
-    spent, errors = 0.0, []
+    times, errors = [], []
     for p in procs:
         out, err = p.stdout.read(), p.stderr.read()
         p.wait()
         if p.returncode:
             errors.append(err.decode(errors="replace")[-400:])
         else:
-            spent += float(out.decode().strip() or 0)
+            for item in out.decode().split():
+                t, _, what = item.partition(":")
+                times.append((float(t), what))
     wall = time.perf_counter() - t0
+    spent = sum(t for t, _ in times)
     sys.stderr.write(f"\rfuncgrad: compiled {count} CUDA kernels in {wall:.1f} s "
                      f"({spent:.1f} s of compile time in {n} processes)\n")
-    return {"kernels": count, "wall_s": wall, "compile_s": spent, "errors": errors}
+    return {"kernels": count, "wall_s": wall, "compile_s": spent, "errors": errors,
+            "slowest": sorted(times, reverse=True)[:8]}

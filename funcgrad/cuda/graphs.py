@@ -44,7 +44,7 @@ def _accumulate():
 
 
 class _Entry:
-    __slots__ = ("deferred", "exec", "graph", "staged", "sticky", "templates")
+    __slots__ = ("deferred", "exec", "graph", "handle", "row", "slot", "staged", "templates")
 
 
 class GraphSet:
@@ -56,68 +56,71 @@ class GraphSet:
         self.entries: OrderedDict = OrderedDict()
         self.last: list = []
         self.staging: dict = {}
+        # captured on a stream of its own (capture may not use the legacy stream), replayed on
+        # the legacy stream: ordered after eager work queued before and before eager work after
         self.handle = _ok(cb.cuStreamCreate(cb.CUstream_flags.CU_STREAM_NON_BLOCKING.value))
         self.stream = runtime.load().external_stream(int(self.handle))
-        flags = cb.CUevent_flags.CU_EVENT_DISABLE_TIMING.value
-        self.ev_in, self.ev_out = _ok(cb.cuEventCreate(flags)), _ok(cb.cuEventCreate(flags))
         self._cb = cb
-        self._legacy = cb.CUstream(0)
         self._copy = runtime.memcpy_dtod_async()
+        self._launch = runtime.graph_launch()
+        # device-check flags of every graph, host-visible: rows [16 k, 16 k + 16) of graph slot k
+        self.sticky = runtime.load().mapped_array((16 * MAX_GRAPHS, 2), np.int64)
+        self.sticky[:, 0], self.sticky[:, 1] = 0, BIG
+        self.counts = self.sticky[:, 0]
+        self.free_slots = list(range(MAX_GRAPHS))
 
     # the call -------------------------------------------------------------------------------
 
     def __call__(self, bufs):
-        self.check()
-        plan, cb = self.plan, self._cb
+        if self.counts.any():
+            self.check()
+        plan = self.plan
         s = plan.choose_set(bufs)
-        if len(self.last) != len(bufs):
-            self.last = [None] * len(bufs)
+        last = self.last
+        if len(last) != len(bufs):
+            last = self.last = [None] * len(bufs)
         key = []
         for i, b in enumerate(bufs):
             blk = b.block
-            addr = (blk.ptr(), b.offset)
-            own = type(blk) is memplan.PlanBlock and blk.owner is plan
-            direct = (blk.set_id != s) if own else addr == self.last[i]
-            self.last[i] = addr
-            key.append(addr if direct else None)
+            if type(blk) is memplan.PlanBlock and blk.owner is plan:
+                addr = (id(blk.raw), b.offset)
+                key.append(addr if blk.set_id != s else None)
+            else:
+                addr = (blk.ptr(), b.offset)
+                key.append(addr if addr == last[i] else None)
+            last[i] = addr
         key = (s, tuple(key))
         entry = self.entries.get(key)
         if entry is None:
             entry = self._capture(key, bufs, s)
         else:
             self.entries.move_to_end(key)
-        h = int(self.handle)
-        runtime._stream = self.stream
-        try:
-            _ok(cb.cuEventRecord(self.ev_in, self._legacy))  # after the eager work so far
-            _ok(cb.cuStreamWaitEvent(self.handle, self.ev_in, 0))
-            plan.release_set(s, h)
-            for i, dst in entry.staged:
-                b = bufs[i]
-                n = b.size * b.dtype.itemsize
-                if n:
-                    err = self._copy(dst, b.block.ptr() + b.offset * b.dtype.itemsize, n, h)
-                    if err:
-                        raise RuntimeError(f"staging copy of {n} bytes failed ({err})")
-            _ok(cb.cuGraphLaunch(entry.exec, self.handle))
-            _ok(cb.cuEventRecord(self.ev_out, self.handle))   # later eager work waits
-            _ok(cb.cuStreamWaitEvent(self._legacy, self.ev_out, 0))
-        finally:
-            runtime._stream = None
+        plan.release_set(s, 0)
+        for i, dst in entry.staged:
+            b = bufs[i]
+            n = b.size * b.dtype.itemsize
+            if n:
+                err = self._copy(dst, b.block.ptr() + b.offset * b.dtype.itemsize, n, 0)
+                if err:
+                    raise RuntimeError(f"staging copy of {n} bytes failed (CUresult {err})")
+        err = self._launch(entry.handle, 0)
+        if err:
+            raise RuntimeError(f"cuGraphLaunch failed (CUresult {err})")
         return self._results(entry, bufs, s)
 
     def _results(self, entry, bufs, s):
         raws = self.plan.out_set(s)
         blocks, outs = {}, []
-        for kind, a, shape, strides, offset, dtype in entry.templates:
+        make, PlanBlock = DeviceBuffer.make, memplan.PlanBlock
+        for kind, a, shape, strides, offset, dtype, contig in entry.templates:
             if kind == "slot":
                 blk = blocks.get(a)
                 if blk is None:
-                    blk = blocks[a] = memplan.PlanBlock(raws[a], self.plan, s)
-                outs.append(DeviceBuffer(blk, shape, strides, offset, dtype))
+                    blk = blocks[a] = PlanBlock(raws[a], self.plan, s)
+                outs.append(make(blk, shape, strides, offset, dtype, contig))
             elif kind == "input":
                 b = bufs[a]
-                outs.append(DeviceBuffer(b.block, shape, strides, b.offset + offset, dtype))
+                outs.append(make(b.block, shape, strides, b.offset + offset, dtype, contig))
             else:
                 outs.append(a)
         self.plan.live[s] = [weakref.ref(b) for b in blocks.values()]
@@ -140,19 +143,23 @@ class GraphSet:
         ins = [b if k is not None else self._staging(i, b) for i, (b, k) in
                enumerate(zip(bufs, key[1]))]
         acc = _accumulate()
-        sticky = cuda.mapped_array((16, 2), np.int64)
-        sticky[:, 0], sticky[:, 1] = 0, BIG
+        while len(self.entries) >= MAX_GRAPHS:
+            _, old = self.entries.popitem(last=False)
+            self._destroy(old)
+        slot = self.free_slots.pop()
+        row = 16 * slot
+        sticky = self.sticky
         tmp = arrays.pool().empty((2,), np.int64)
-        acc[1, 1](tmp.arr(), tmp.offset, sticky, 0)   # compiled and loaded before the capture
+        acc[1, 1](tmp.arr(), tmp.offset, sticky, row)   # compiled and loaded before the capture
         pool = memplan.ArenaPool(plan.layout, plan._arena(), plan.out_set(s), plan, s)
         cuda.synchronize()
-        sticky[:, 0], sticky[:, 1] = 0, BIG
+        sticky[row:row + 16, 0], sticky[row:row + 16, 1] = 0, BIG
         deferred = []
 
         def on_defer(err):
-            if len(deferred) >= sticky.shape[0]:
+            if len(deferred) >= 16:
                 raise RuntimeError("more than 16 device checks in one step")
-            acc[1, 1, self.stream](err.arr(), err.offset, sticky, len(deferred))
+            acc[1, 1, self.stream](err.arr(), err.offset, sticky, row + len(deferred))
             deferred.append(err)
 
         runtime._stream, runtime._deferred, runtime._on_defer = self.stream, [], on_defer
@@ -171,16 +178,14 @@ class GraphSet:
                                        f"{len(plan.layout.sizes)}")
         e = _Entry()
         e.graph, e.exec = graph, _ok(cb.cuGraphInstantiate(graph, 0))
-        e.sticky, e.deferred = sticky, checks
+        e.handle = int(e.exec)
+        e.slot, e.row, e.deferred = slot, row, checks
         e.staged = [(i, ins[i].block.ptr() + ins[i].offset * ins[i].dtype.itemsize)
                     for i, k in enumerate(key[1]) if k is None]
         e.templates = self._templates(outs, ins, pool, s)
         self.entries[key] = e
         if checks:
             _plans_with_checks.add(self)
-        while len(self.entries) > MAX_GRAPHS:
-            _, old = self.entries.popitem(last=False)
-            self._destroy(old)
         return e
 
     def _templates(self, outs, ins, pool, s):
@@ -189,33 +194,36 @@ class GraphSet:
         tpl = []
         for o in outs:
             blk = o.block
+            c = o.is_contiguous()
             if id(blk) in slot_of and blk.set_id == s:
-                tpl.append(("slot", slot_of[id(blk)], o.shape, o.strides, o.offset, o.dtype))
+                tpl.append(("slot", slot_of[id(blk)], o.shape, o.strides, o.offset, o.dtype, c))
             elif id(blk) in in_of:
                 i = in_of[id(blk)]
-                tpl.append(("input", i, o.shape, o.strides, o.offset - ins[i].offset, o.dtype))
+                tpl.append(("input", i, o.shape, o.strides, o.offset - ins[i].offset, o.dtype,
+                            c))
             else:      # constants and literals of the plan: immutable
-                tpl.append(("fixed", o, None, None, None, None))
+                tpl.append(("fixed", o, None, None, None, None, None))
         return tpl
 
     # device checks --------------------------------------------------------------------------
 
     def check(self):
         """Raise for any device check that failed in an earlier replay."""
+        bad = np.flatnonzero(self.counts)
+        if not bad.size:
+            return
+        r = int(bad[0])
+        flags = np.array(self.sticky[r])
+        self.sticky[:, 0], self.sticky[:, 1] = 0, BIG
         for e in self.entries.values():
-            if not e.deferred:
-                continue
-            bad = np.flatnonzero(e.sticky[:len(e.deferred), 0])
-            if bad.size:
-                j = int(bad[0])
-                flags = np.array(e.sticky[j])
-                e.sticky[:, 0], e.sticky[:, 1] = 0, BIG
-                err, raise_if_bad, src = e.deferred[j]
-                host = arrays.from_host(flags)
+            if e.row <= r < e.row + len(e.deferred):
+                err, raise_if_bad, src = e.deferred[r - e.row]
                 with source_info(src):
-                    raise_if_bad(host)
+                    raise_if_bad(arrays.from_host(flags))
+        raise RuntimeError(f"a device check of a replayed step failed: {flags.tolist()}")
 
     def _destroy(self, e):
+        self.free_slots.append(e.slot)
         try:
             self._cb.cuGraphExecDestroy(e.exec)
             self._cb.cuGraphDestroy(e.graph)
@@ -225,11 +233,9 @@ class GraphSet:
     def __del__(self):
         try:
             cb = self._cb
-            cb.cuStreamSynchronize(self.handle)
+            cb.cuCtxSynchronize()
             for e in self.entries.values():
                 self._destroy(e)
-            cb.cuEventDestroy(self.ev_in)
-            cb.cuEventDestroy(self.ev_out)
             cb.cuStreamDestroy(self.handle)
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass

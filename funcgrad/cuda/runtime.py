@@ -69,6 +69,28 @@ def memcpy_dtod_async():
     return _memcpy_dtod
 
 
+_graph_launch = None
+
+
+def graph_launch():
+    """launch(graph_exec_handle, stream_handle) -> CUresult as an int (ctypes to libcuda)."""
+    global _graph_launch
+    if _graph_launch is None:
+        import ctypes
+        try:
+            f = ctypes.CDLL("libcuda.so.1").cuGraphLaunch
+        except (OSError, AttributeError):
+            from cuda.bindings import driver as cb
+
+            def f(g, stream):
+                return int(cb.cuGraphLaunch(g, stream)[0])
+        else:
+            f.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+            f.restype = ctypes.c_int
+        _graph_launch = f
+    return _graph_launch
+
+
 def sim_requested() -> bool:
     """True when NUMBA_ENABLE_CUDASIM=1 (numba reads it once, at import)."""
     if _cuda is not None:
