@@ -14,7 +14,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from . import prims as P
-from .core import ShapedArray, bind, defprim, is_float, type_error
+from .core import ArrayBase, ShapedArray, bind, defprim, is_float, type_error
 
 
 class ConvDimensionNumbers(NamedTuple):
@@ -432,8 +432,14 @@ def _ints(name, v, n, default=1):
 
 
 def _as_array(x):
-    from .numpy import asarray
-    return asarray(x)
+    """Arrays and tracers as they are; other values as numpy arrays (Python numbers as JAX
+    types them: float32 / int32)."""
+    if isinstance(x, ArrayBase):
+        return x
+    a = np.asarray(x)
+    if not isinstance(x, (np.ndarray, np.generic)) and a.dtype in (np.float64, np.int64):
+        a = a.astype(np.float32 if a.dtype.kind == "f" else np.int32)
+    return a
 
 
 def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import operator
+import sys
 
 import numpy as np
 
@@ -256,9 +257,9 @@ select_and_scatter_add_p.batch = _sel_batch(select_and_scatter_add_p)
 # ---------------------------------------------------------------------------------------------
 
 def _monoid(computation):
-    from . import lax
     from . import numpy as fnp
     table = {fnp.add: "sum", fnp.maximum: "max", fnp.minimum: "min", operator.add: "sum"}
+    lax = sys.modules.get("funcgrad.lax")   # loaded with funcgrad (it imports this module)
     for name, kind in (("add", "sum"), ("max", "max"), ("min", "min")):
         f = getattr(lax, name, None)
         if f is not None:
