@@ -12,7 +12,13 @@ import math
 import numpy as np
 
 from . import numpy as fnp
+from . import prims as P
+from .core import bind
 from .custom import custom_jvp
+
+
+def _erf(x):
+    return bind(P.erf_p, x)
 
 _SHIFT = 6
 # Stirling series for lgamma: 1/(12x) - 1/(360x^3) + 1/(1260x^5) - ... (Bernoulli numbers)
@@ -93,9 +99,8 @@ def digamma(x):
 
 def erfc(x):
     """1 - erf(x) (lax.erfc)."""
-    from . import lax
     x = _float(x)
-    return 1.0 - lax.erf(x)
+    return 1.0 - _erf(x)
 
 
 _ERFINV_CENTRAL = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06,
@@ -113,7 +118,6 @@ def _horner(coeffs, w):
 
 @custom_jvp
 def _erf_inv(x):
-    from . import lax
     dt = x.dtype
     xw = fnp.asarray(x, np.float32) if dt == np.float16 else x
     w = -fnp.log((1.0 - xw) * (1.0 + xw))
@@ -124,7 +128,7 @@ def _erf_inv(x):
         fin = fnp.isfinite(y)
         for _ in range(3):
             ys = fnp.where(fin, y, 0.0)
-            step = (lax.erf(ys) - x) / (2.0 / math.sqrt(math.pi) * fnp.exp(-ys * ys))
+            step = (_erf(ys) - x) / (2.0 / math.sqrt(math.pi) * fnp.exp(-ys * ys))
             y = fnp.where(fin, y - step, y)
     return fnp.asarray(y, dt)
 

@@ -220,21 +220,6 @@ def reshape(a, newshape, order="C"):
     return prims.reshape(a, newshape)
 
 
-def stack(arrays, axis=0):
-    """numpy.stack: join arrays of equal shape along a new axis."""
-    arrays = [asarray(a) if not isinstance(a, ArrayBase) else a for a in arrays]
-    if not arrays:
-        raise ValueError("need at least one array to stack")
-    from ._shape import concatenate, expand_dims
-    shapes = {tuple(a.shape) for a in arrays}
-    if len(shapes) != 1:
-        raise type_error("stack", f"all input arrays must have the same shape, got "
-                         f"{sorted(shapes)}", [a.aval for a in arrays])
-    nd = arrays[0].ndim + 1
-    ax = _norm_axis(axis, nd, "stack")
-    return concatenate([expand_dims(a, ax) for a in arrays], axis=ax)
-
-
 def _norm_axis(axis, ndim, op):
     a = int(axis)
     if not -ndim <= a < ndim:

@@ -203,7 +203,7 @@ def indices(dimensions, dtype=None, sparse=False):
         outs.append(g if sparse else broadcast_to(g, dims))
     if sparse:
         return tuple(outs)
-    from ._base import stack
+    from ._shape import stack
     return stack(outs) if outs else zeros((0,), dt)
 
 
@@ -243,7 +243,7 @@ class _Grid:
         grids = meshgrid(*[asarray(a, dt) for a in axes], indexing="ij", sparse=self.sparse)
         if self.sparse:
             return grids
-        from ._base import stack
+        from ._shape import stack
         return stack(grids)
 
 
@@ -521,7 +521,7 @@ def select(condlist, choicelist, default=0):
 def choose(a, choices, out=None, mode="raise"):
     """numpy.choose: out[i] = choices[a[i]][i] (mode 'raise', 'wrap' or 'clip')."""
     idx = asarray(a)
-    from ._base import stack
+    from ._shape import stack
     ch = stack(_broadcast_choices(*choices, idx))
     n = ch.shape[0]
     if mode == "wrap":
@@ -616,7 +616,7 @@ def vander(x, N=None, increasing=False):
         pw = flip(pw, 0)
     from ._ufuncs import power
     cols = [power(x, int(p)) for p in np.asarray(pw)]
-    from ._base import stack
+    from ._shape import stack
     return stack(cols, axis=1) if cols else zeros((x.shape[0], 0), x.dtype)
 
 

@@ -74,7 +74,7 @@ def polydiv(u, v, *, trim_leading_zeros=False):
         c = r[k] / v[0]
         q.append(c)
         r = r - pad(c * v, (k, m - n - k))
-    from ._base import stack
+    from ._shape import stack
     return stack(q), r
 
 
@@ -366,7 +366,7 @@ def unpackbits(a, axis=None, count=None, bitorder="big"):
     xm = moveaxis(x, axis, -1)
     shifts = np.arange(7, -1, -1) if bitorder == "big" else np.arange(8)
     bits = [(xm >> int(s)) & 1 for s in shifts]
-    from ._base import stack
+    from ._shape import stack
     out = stack(bits, -1)
     out = reshape(out, tuple(xm.shape[:-1]) + (xm.shape[-1] * 8,))
     if count is not None:

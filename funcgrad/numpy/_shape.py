@@ -14,6 +14,7 @@ from ._base import (
     reshape,
     result_type,
 )
+from ._ufuncs import logical_or, where
 
 
 def transpose(a, axes=None):
@@ -245,13 +246,11 @@ def take_along_axis(arr, indices, axis):
 
 def checked_index(idx, n):
     """Negative indices wrapped once (numpy semantics)."""
-    from ._ufuncs import where
     return where(idx < 0, idx + n, idx)
 
 
 def guard_index(idx, n, lin, total):
     """Keep an out-of-range index out of range after linearising (so take reports it)."""
-    from ._ufuncs import logical_or, where
     bad = logical_or(idx < -n, idx >= n)
     return where(bad, -total - 1, lin)
 
@@ -264,3 +263,17 @@ def pad(array, pad_width, mode="constant", constant_values=0):
     pw = np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (a.ndim, 2))
     cfg = tuple((int(lo), int(hi), 0) for lo, hi in pw)
     return bind(P.pad_p, a, padding_config=cfg, value=float(constant_values))
+
+
+def stack(arrays, axis=0):
+    """numpy.stack: join arrays of equal shape along a new axis."""
+    arrays = [asarray(a) if not isinstance(a, ArrayBase) else a for a in arrays]
+    if not arrays:
+        raise ValueError("need at least one array to stack")
+    shapes = {tuple(a.shape) for a in arrays}
+    if len(shapes) != 1:
+        raise type_error("stack", f"all input arrays must have the same shape, got "
+                         f"{sorted(shapes)}", [a.aval for a in arrays])
+    nd = arrays[0].ndim + 1
+    ax = _norm_axis(axis, nd, "stack")
+    return concatenate([expand_dims(a, ax) for a in arrays], axis=ax)

@@ -201,7 +201,7 @@ def flatnonzero(a, *, size=None, fill_value=None):
 
 def argwhere(a, *, size=None, fill_value=None):
     """numpy.argwhere: (count, ndim) int32 indices of the non-zero elements."""
-    from ._base import stack
+    from ._shape import stack
     x = asarray(a)
     if x.ndim == 0:
         x = reshape(x, (1,))
