@@ -63,21 +63,13 @@ def _dot(lines, ind, var, regs, base, n, ct):
 
 
 def _tile_load(ind, op, pos, limit, head, width, base, bt, nt, ct):
-    """Unrolled cooperative load of rows [c0, c0 + bt) of operand `op` (head `head`) into
-    sm[base + j * (width + 1) + d]: every load is issued before the first store."""
-    n = bt * width
-    tail = n % nt != 0
-    L = []
-    for u in range(-(-n // nt)):
-        cond = f"{pos}_ < {limit}" + (f" and i < {n}" if tail else "")
-        L += [f"{ind}i = tid + {u * nt}", f"{ind}j = i // {width}", f"{ind}d = i - j * {width}",
-              f"{ind}{pos}_ = c0 + j",
-              f"{ind}ld{u} = {ct}({_at(op, 'b', pos + '_', head, 'd')}) if {cond} else {ct}(0)"]
-    for u in range(-(-n // nt)):
-        L += [f"{ind}i = tid + {u * nt}", f"{ind}j = i // {width}", f"{ind}d = i - j * {width}"]
-        st = f"sm[{base} + j * {width + 1} + d] = ld{u}"
-        L += [f"{ind}if i < {n}:", f"{ind}    {st}"] if tail else [f"{ind}{st}"]
-    return L
+    """Cooperative load of rows [c0, c0 + bt) of operand `op` (head `head`) into
+    sm[base + j * (width + 1) + d] (unrolling it made the code slower to compile and to run)."""
+    return [f"{ind}for i in range(tid, {bt * width}, {nt}):",
+            f"{ind}    j = i // {width}", f"{ind}    d = i - j * {width}",
+            f"{ind}    {pos}_ = c0 + j",
+            f"{ind}    sm[{base} + j * {width + 1} + d] = "
+            f"{ct}({_at(op, 'b', pos + '_', head, 'd')}) if {pos}_ < {limit} else {ct}(0)"]
 
 
 def _source(mode, dtype, st_dtype, h, hv, causal):
@@ -90,7 +82,8 @@ def _source(mode, dtype, st_dtype, h, hv, causal):
     outs = {"fwd": "O", "stats": "ST", "dq": "DQ", "dkv": "DKV"}[mode]
     extra = ", ST, sto" if mode in ("dq", "dkv") else ""
     L = [f"\n@cuda.jit({runtime.jit_opts()})",
-         f"def kernel({', '.join(_operand(x) for x in ops)}{extra}, {outs}, T, S, N, G, scale_):",
+         f"def kernel({', '.join(_operand(x) for x in ops)}{extra}, {outs}, outo, T, S, N, G, "
+         "scale_):",
          f"    sm = cuda.shared.array({words}, {ct})",
          f"    sml = cuda.shared.array({3 * nt}, {ct})",
          "    tid = cuda.threadIdx.x", f"    r = tid // {ln}", f"    l = tid - r * {ln}",
@@ -193,7 +186,7 @@ def _source(mode, dtype, st_dtype, h, hv, causal):
         L.append("    cuda.syncthreads()")
     if mode == "fwd":
         L += ["    if ok:", f"        inv = {ct}(1) / tot if tot > 0 else {ct}(0)",
-              f"        ob = ((b * T + t) * N + n) * {hv}",
+              f"        ob = outo + ((b * T + t) * N + n) * {hv}",
               f"        for e in range(l, {hv}, {ln}):",
               f"            O[ob + e] = {out}(sm[r * {hv + 1} + e] * inv)"]
     elif mode == "stats":
@@ -203,16 +196,16 @@ def _source(mode, dtype, st_dtype, h, hv, causal):
               f"    sml[{2 * nt} + tid] = dsum", "    cuda.syncthreads()",
               "    if ok and l == 0:", f"        dt = {ct}(0)", f"        for i in range({ln}):",
               f"            dt += sml[{2 * nt} + r * {ln} + i]",
-              "        sti = ((b * N + n) * T + t) * 2",
+              "        sti = outo + ((b * N + n) * T + t) * 2",
               f"        ST[sti] = {st_out}(M + math.log(tot)) if tot > 0 else {st_out}(NEG)",
               f"        ST[sti + 1] = {st_out}(dt)"]
         L = [x.replace("O_HV", str(hv)) for x in L]
     elif mode == "dq":
-        L += ["    if ok:", f"        ob = ((b * T + t) * N + n) * {h}",
+        L += ["    if ok:", f"        ob = outo + ((b * T + t) * N + n) * {h}",
               f"        for d in range(l, {h}, {ln}):",
               f"            DQ[ob + d] = {out}(sm[r * {h + 1} + d]{scale_out})"]
     else:
-        L += ["    if ok:", f"        ob = ((b * S + s) * (N // G) + kh) * {h + hv}",
+        L += ["    if ok:", f"        ob = outo + ((b * S + s) * (N // G) + kh) * {h + hv}",
               f"        for d in range(l, {h + hv}, {ln}):",
               f"            w = sm[r * {h + hv + 1} + d]",
               f"            DKV[ob + d] = {out}(w * sc if d < {h} else w)"]
@@ -233,7 +226,7 @@ def _launch(mode, ops, extra, out, q, k, v_dim, scale, causal, st_dtype):
     grid = (-(-rows // br), heads, b)
     args = [a for x in ops for a in _args(x)]
     extra = [a for e in extra for a in (e.arr(), e.offset)]
-    kern[grid, br * ln, runtime.stream()](*args, *extra, out.arr(),
+    kern[grid, br * ln, runtime.stream()](*args, *extra, out.arr(), out.offset,
                                           t, s, n, n // kh, float(scale))
     return out
 
