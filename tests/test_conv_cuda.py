@@ -3,6 +3,7 @@
 gradients and a jitted CNN training step. Real GPU, or the simulator on tiny shapes."""
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -50,22 +51,45 @@ def _transposed(a):
     return bind(prims.transpose_p, t, permutation=tuple(range(a.ndim))[::-1])
 
 
-@settings(max_examples=10 if SIM else 50, deadline=None)
+@contextlib.contextmanager
+def _path(mode):
+    """Run convolutions through the direct kernel or through im2col + GEMM."""
+    from funcgrad.cuda import conv as kernels
+    old, kernels.MODE = kernels.MODE, mode
+    try:
+        yield
+    finally:
+        kernels.MODE = old
+
+
+@pytest.fixture(params=["direct", "gemm"])
+def conv_path(request):
+    with _path(request.param):
+        yield request.param
+
+
+CONFIGS = st.composite(lambda draw: conv_configs(draw, st, nonempty=True))()
+
+
+@pytest.mark.parametrize("mode", ["direct", "gemm"])
+@settings(max_examples=8 if SIM else 50, deadline=None)
 @given(data=st.data())
-def test_random_convolutions_match_numpy(data):
-    lhs, rhs, params = data.draw(st.composite(lambda draw: conv_configs(draw, st, nonempty=True))())
+def test_random_convolutions_match_numpy(mode, data):
+    lhs, rhs, params = data.draw(CONFIGS)
     lhs, rhs = lhs.astype(np.float32), rhs.astype(np.float32)
     want = lax.conv_general_dilated(lhs, rhs, **params)
-    for a, b in [(cu(lhs), cu(rhs)), (_transposed(lhs), _transposed(rhs))]:
-        got = lax.conv_general_dilated(a, b, **params)
-        assert got.device == "cuda" and got.shape == want.shape
-        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-5)
+    with _path(mode):
+        for a, b in [(cu(lhs), cu(rhs)), (_transposed(lhs), _transposed(rhs))]:
+            got = lax.conv_general_dilated(a, b, **params)
+            assert got.device == "cuda" and got.shape == want.shape
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4,
+                                       atol=1e-5)
 
 
 @pytest.mark.parametrize("dtype,pet", [("float16", None), ("float16", "float32"),
                                        ("float64", None), ("int32", None),
                                        ("int32", "int64"), ("float32", "float64")])
-def test_conv_dtypes(dtype, pet):
+def test_conv_dtypes(conv_path, dtype, pet):
     rng = np.random.default_rng(0)
     x = (rng.standard_normal((2, 5, 4, 3)) * 3).astype(dtype)
     k = (rng.standard_normal((3, 2, 3, 4)) * 3).astype(dtype)
@@ -120,7 +144,7 @@ def _cnn_args(rng):
     return params, rng.random((2, 4, 4, 1)).astype(np.float32), np.array([0, 2], np.int32)
 
 
-def test_cnn_grad_and_jitted_adam_step_equal_cpu():
+def test_cnn_grad_and_jitted_adam_step_equal_cpu(conv_path):
     params, x, y = _cnn_args(np.random.default_rng(1))
     want = funcgrad.grad(_cnn_loss)(params, x, y)
     got = funcgrad.grad(_cnn_loss)(*funcgrad.device_put((params, x, y), "cuda"))

@@ -1,5 +1,9 @@
-"""Convolution and window kernels: conv_general_dilated as a direct convolution, reduce_window
-sum/max/min, and the select-and-gather / select-and-scatter pair of max-pool gradients.
+"""Convolution and window kernels: conv_general_dilated, reduce_window sum/max/min, and the
+select-and-gather / select-and-scatter pair of max-pool gradients.
+
+A convolution with many taps per output (>= 16 MACs) runs as im2col into a patch matrix plus
+the tiled GEMM of matmul.py (weights read in place); a small one as a direct convolution, one
+output element per thread iteration.
 
 Every kernel is a grid-stride loop with one output element per iteration, generated per
 (number of spatial axes, dtypes) and reading its operands through their strides (any layout,
@@ -19,7 +23,9 @@ import numpy as np
 
 from .. import conv as C
 from .. import windows as W
-from . import runtime
+from ..core import ShapedArray
+from . import elementwise as ew
+from . import matmul, runtime
 from .arrays import DeviceBuffer, pool
 from .elementwise import compute_t, nbt
 
@@ -80,6 +86,47 @@ def _conv_source(nsp: int, out_dtype) -> str:
     return "\n".join(L) + "\n"
 
 
+def _patches_source(nsp: int, dtype) -> str:
+    """im2col: P[g, b, q.., ci, k..] (C order) = the input element tap k of output position q
+    reads for (group g, batch b, channel ci), or 0 for padding and holes."""
+    sp = range(nsp)
+    geo = [f"{a}{d}" for d in sp for a in ("od", "idm", "kd", "st", "pl", "ld", "rd")]
+    args = (["n", "x", "xo", "xsn", "xsc"] + [f"xs{d}" for d in sp]
+            + ["pm", "NO", "CG", "GB", "GF"] + geo)
+    L = [f"\n@cuda.jit({runtime.jit_opts()})", f"def kernel({', '.join(args)}):",
+         "    i = cuda.grid(1)", "    step = cuda.gridsize(1)", "    while i < n:", "        r = i"]
+    for d in reversed(sp):
+        L += [f"        k{d} = r % kd{d}", f"        r = r // kd{d}"]
+    L += ["        ci = r % CG", "        r = r // CG"]
+    for d in reversed(sp):
+        L += [f"        q{d} = r % od{d}", f"        r = r // od{d}"]
+    L += ["        b = r % NO", "        g = r // NO",
+          "        a = xo + (b + g * NO * GB) * xsn + (ci + g * CG * GF) * xsc", "        ok = True"]
+    for d in sp:
+        L += [f"        p{d} = q{d} * st{d} - pl{d} + k{d} * rd{d}",
+              f"        ok = ok and p{d} >= 0 and p{d} % ld{d} == 0 and p{d} // ld{d} < idm{d}",
+              f"        a += (p{d} // ld{d}) * xs{d}"]
+    L += [f"        pm[i] = x[a] if ok else {nbt(dtype)}(0)", "        i += step"]
+    return "\n".join(L) + "\n"
+
+
+# "gemm", "direct" or None (choose by size); the tests set it to run both paths
+MODE = None
+GEMM_MIN_TAPS = 16                 # direct convolution below this many MACs per output
+GEMM_MAX_PATCH = 64 << 20          # elements of the patch matrix (256 MB of float32)
+
+
+def _use_gemm(x, aval, taps, patch) -> bool:
+    if taps == 0 or patch == 0 or patch > GEMM_MAX_PATCH or _acc_t(x.dtype) != _acc_t(
+            aval.dtype):   # the GEMM accumulates in the operands' type
+        return False
+    if MODE is not None:
+        return MODE == "gemm"
+    if runtime.SIM:        # the simulator runs both paths: GEMM for an even tap count
+        return taps % 2 == 0
+    return taps >= GEMM_MIN_TAPS
+
+
 def conv_general_dilated(bufs, params, aval) -> DeviceBuffer:
     x, w = bufs
     ls, rs, os_ = params["dimension_numbers"]
@@ -87,23 +134,50 @@ def conv_general_dilated(bufs, params, aval) -> DeviceBuffer:
     if out.size == 0:
         return out
     nsp = len(ls) - 2
-    O = aval.shape[os_[1]]
+    O, CG = aval.shape[os_[1]], w.shape[rs[1]]
+    fg, bg = params["feature_group_count"], params["batch_group_count"]
+    od = [aval.shape[a] for a in os_[2:]]
+    kd = [w.shape[a] for a in rs[2:]]
     geo = []
     for d in range(nsp):
-        lo, _ = params["padding"][d]
-        geo += [aval.shape[os_[2 + d]], x.shape[ls[2 + d]], w.shape[rs[2 + d]],
-                params["window_strides"][d], lo, params["lhs_dilation"][d],
-                params["rhs_dilation"][d]]
-    args = ([x.arr(), x.offset, x.strides[ls[0]], x.strides[ls[1]]]
-            + [x.strides[a] for a in ls[2:]]
-            + [w.arr(), w.offset, w.strides[rs[0]], w.strides[rs[1]]]
+        geo += [od[d], x.shape[ls[2 + d]], kd[d], params["window_strides"][d],
+                params["padding"][d][0], params["lhs_dilation"][d], params["rhs_dilation"][d]]
+    x_args = ([x.arr(), x.offset, x.strides[ls[0]], x.strides[ls[1]]]
+              + [x.strides[a] for a in ls[2:]])
+    n_out, taps = aval.shape[os_[0]], CG * math.prod(kd)
+    G = max(fg, bg)
+    if _use_gemm(x, aval, taps, out.size // (O // G) * taps):
+        return _conv_gemm(x, w, x_args, geo, params, aval, out, n_out, G, CG, od, kd)
+    args = (x_args + [w.arr(), w.offset, w.strides[rs[0]], w.strides[rs[1]]]
             + [w.strides[a] for a in rs[2:]]
             + [out.arr(), out.offset, out.strides[os_[0]], out.strides[os_[1]]]
-            + [out.strides[a] for a in os_[2:]]
-            + [aval.shape[os_[0]], O, w.shape[rs[1]], O // params["feature_group_count"],
-               O // params["batch_group_count"]] + geo)
+            + [out.strides[a] for a in os_[2:]] + [n_out, O, CG, O // fg, O // bg] + geo)
     _run(("conv", nsp, x.dtype.name, aval.dtype.name), lambda: _conv_source(nsp, aval.dtype),
          out.size, *args)
+    return out
+
+
+def _conv_gemm(x, w, x_args, geo, params, aval, out, n_out, G, CG, od, kd) -> DeviceBuffer:
+    """im2col into a (G, n_out, *od, CG, *kd) patch matrix, then matmul.dot_general against
+    the kernel viewed as (G, O / G, CG, *kd) (no copy), then one strided copy into out."""
+    ls, rs, os_ = params["dimension_numbers"]
+    nsp = len(od)
+    O = aval.shape[os_[1]]
+    og = O // G
+    pm = pool().empty([G, n_out] + od + [CG] + kd, x.dtype)
+    _run(("conv_patches", nsp, x.dtype.name), lambda: _patches_source(nsp, x.dtype), pm.size,
+         *x_args, pm.arr(), n_out, CG, int(params["batch_group_count"] > 1),
+         int(params["feature_group_count"] > 1), *geo)
+    so = w.strides[rs[0]]
+    wv = w.view([G, og, CG] + kd, [so * og, so, w.strides[rs[1]]]
+                + [w.strides[a] for a in rs[2:]], w.offset)
+    contract = tuple(range(2 + nsp, 3 + 2 * nsp))
+    res = matmul.dot_general(pm, wv, ((contract, tuple(range(2, 3 + nsp))), ((0,), (0,))),
+                             ShapedArray([G, n_out] + od + [og], aval.dtype))
+    oc = out.strides[os_[1]]
+    dst = out.view([G, n_out] + od + [og], [oc * og, out.strides[os_[0]]]
+                   + [out.strides[a] for a in os_[2:]] + [oc], out.offset)
+    ew.run("copy", [res], aval.dtype, out=dst)
     return out
 
 
