@@ -401,7 +401,8 @@ class Adafactor(Ref):
         self.lr, self.min_dim, self.dr, self.eps, self.clip = lr, min_dim, decay_rate, eps, clip
 
     def step(self, g, p, value):
-        decay = 1.0 - float(self.t) ** (-self.dr)
+        # optax computes Adafactor's decay 1 - t**(-0.8) in float32, even for float64 params
+        decay = float(np.float32(1.0) - np.float32(self.t) ** np.float32(-self.dr))
         out = {}
         for k, gk in g.items():
             sq = gk ** 2 + self.eps
@@ -420,14 +421,93 @@ class Adafactor(Ref):
         return out
 
 
-class Lbfgs(Ref):
-    """L-BFGS (Nocedal & Wright, Alg. 7.4) with an Armijo backtracking search started at
-    min(1.5 * previous step, 1) and shrunk by 0.8 (at most ``max_steps`` shrinks)."""
+def zoom_linesearch(phi, value0, slope0, grad0, guess, max_steps, c1=1e-4, c2=0.9,
+                    approx_rtol=1e-6, inc=2.0, precision=1e-5):
+    """The zoom line search (Nocedal & Wright Alg. 3.5-3.6) as optax documents it: bracket by
+    doubling, then zoom by cubic / quadratic / bisection; Hager-Zhang's approximate decrease
+    test; when it fails, the best step with sufficient decrease. ``phi(a) -> (f, f', grad)``.
+    Returns (step, value, grad)."""
+    def dec_err(a, v, s):
+        e = v - value0 - c1 * a * slope0
+        e = min(e, max(s - (2 * c1 - 1) * slope0, v - value0 - approx_rtol * abs(value0)))
+        return np.inf if np.isnan(e) else max(e, 0.0)
 
-    def __init__(self, value_fn, memory=10, lr=None, linesearch=True, max_steps=20):
+    def curv_err(s):
+        e = abs(s) - c2 * abs(slope0)
+        return np.inf if np.isnan(e) else max(e, 0.0)
+    a, v, s, g = 0.0, value0, slope0, grad0
+    lo = hi = ref = (0.0, value0, slope0)
+    safe = (0.0, value0, grad0)
+    found, count, dec = False, 0, np.inf
+    while True:
+        if not found:  # bracketing
+            a_new = guess if count == 0 else inc * a
+            v_new, s_new, g_new = phi(a_new)
+            dec, err = dec_err(a_new, v_new, s_new), 0.0
+            err = max(dec, curv_err(s_new))
+            if dec <= 0:
+                safe = (a_new, v_new, g_new)
+            set_high = dec > 0 or (v_new >= v and count > 0)
+            set_low = s_new >= 0 and not set_high
+            if set_low:
+                lo, hi = (a_new, v_new, s_new), (a, v, s)
+            else:
+                lo, hi = (a, v, s), (a_new, v_new, s_new)
+            ref = lo
+            found = set_high or set_low or err <= 0
+            done = err <= 0
+            failed = count + 1 >= max_steps and not done
+        else:  # zoom
+            delta = abs(hi[0] - lo[0])
+            left, right = min(hi[0], lo[0]), max(hi[0], lo[0])
+            db, dc = np.float64(hi[0] - lo[0]), np.float64(ref[0] - lo[0])
+            r1 = hi[1] - lo[1] - lo[2] * db
+            r2 = ref[1] - lo[1] - lo[2] * dc
+            den = (db * dc) ** 2 * (db - dc)
+            with np.errstate(all="ignore"):
+                A = (dc ** 2 * r1 - db ** 2 * r2) / den
+                B = (-dc ** 3 * r1 + db ** 3 * r2) / den
+                cubic = lo[0] + (-B + np.sqrt(B * B - 3 * A * lo[2])) / (3 * A)
+                quad = lo[0] - lo[2] / (2 * ((hi[1] - lo[1] - lo[2] * db) / db ** 2))
+            if left + 0.2 * delta < cubic < right - 0.2 * delta:
+                a_new = cubic
+            elif left + 0.1 * delta < quad < right - 0.1 * delta:
+                a_new = quad
+            else:
+                a_new = (lo[0] + hi[0]) / 2
+            v_new, s_new, g_new = phi(a_new)
+            dec = dec_err(a_new, v_new, s_new)
+            err = max(dec, curv_err(s_new))
+            if dec <= 0 and v_new < safe[1]:
+                safe = (a_new, v_new, g_new)
+            done = err <= 0
+            high_to_mid = dec > 0 or v_new >= lo[1]
+            high_to_low = s_new * (hi[0] - lo[0]) >= 0 and not high_to_mid
+            new_hi = lo if high_to_low else ((a_new, v_new, s_new) if high_to_mid else hi)
+            new_lo = lo if high_to_mid else (a_new, v_new, s_new)
+            ref = hi if (high_to_mid or high_to_low) else lo
+            lo, hi = new_lo, new_hi
+            failed = (count + 1 >= max_steps or (delta <= precision and safe[0] > 0)) \
+                and not done
+        count += 1
+        a, v, s, g = a_new, v_new, s_new, g_new
+        if failed and (safe[0] > 0 or np.isinf(dec)):
+            a, v, g = safe
+        if done or failed:
+            return a, v, g
+
+
+class Lbfgs(Ref):
+    """L-BFGS (Nocedal & Wright, Alg. 7.4) with the zoom line search from step 1
+    (``linesearch='zoom'``), or an Armijo backtracking search started at min(1.5 * previous
+    step, 1) and shrunk by 0.8 (``linesearch=True``), or none."""
+
+    def __init__(self, value_fn, memory=10, lr=None, linesearch=True, max_steps=20,
+                 grad_fn=None):
         super().__init__()
         self.f, self.m, self.lr, self.ls, self.max_steps = value_fn, memory, lr, linesearch, \
             max_steps
+        self.grad_fn = grad_fn
         self.pairs = []
         self.prev_step = 1.0
 
@@ -456,7 +536,14 @@ class Lbfgs(Ref):
         for (s, y), (rho, a) in zip(self.pairs, reversed(alphas)):
             r = r + (a - rho * (y @ r)) * s
         d = -(r if self.lr is None else self.lr * r)
-        if self.ls:
+        if self.ls == "zoom":
+            def phi(a):
+                trial = self.unflat(x + a * d, p)
+                gt = flat(self.grad_fn(trial))
+                return self.f(trial), float(gt @ d), gt
+            a, _, _ = zoom_linesearch(phi, value, float(gv @ d), gv, 1.0, self.max_steps)
+            d = a * d
+        elif self.ls:
             lr0 = min(1.5 * self.prev_step, 1.0)
             slope = d @ gv
             a = lr0

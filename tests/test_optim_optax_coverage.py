@@ -130,6 +130,8 @@ STATES = {
     "ConditionallyTransformState": (
         lambda: optim.conditionally_transform(optim.sgd(0.1), lambda s: True),
         ("inner_state", "step")),
+    "ScaleByZoomLinesearchState": (lambda: optim.scale_by_zoom_linesearch(5), (
+        "learning_rate", "value", "grad", "info")),
     "ScaleByBacktrackingLinesearchState": (
         lambda: optim.scale_by_backtracking_linesearch(5), ("learning_rate", "value", "grad",
                                                             "info")),
@@ -166,6 +168,8 @@ def test_types_wrappers_and_modules():
     assert isinstance(optim.sgd(0.1), optim.GradientTransformation)
     assert isinstance(optim.sgd(0.1), optim.GradientTransformationExtraArgs)
     assert optim.MultiTransformState is optim.PartitionState
+    assert optim.ZoomLinesearchInfo._fields == ("num_linesearch_steps", "decrease_error",
+                                                "curvature_error")
     masked_leaf = optim.masked(optim.trace(0.9), {"a": True, "b": False}).init(P)
     assert isinstance(masked_leaf.inner_state.trace["b"], optim.MaskedNode)
     assert optim.InjectStatefulHyperparamsState._fields == (

@@ -330,6 +330,33 @@ def test_backtracking_linesearch_steps():
     assert isinstance(state[1], optim.ScaleByBacktrackingLinesearchState)
 
 
+def test_zoom_linesearch_on_gradient_steps_keeps_its_step():
+    f = R.PROBLEMS["rosenbrock"][0]
+    opt = optim.chain(optim.scale(-1.0), optim.scale_by_zoom_linesearch(
+        max_linesearch_steps=15))  # initial_guess_strategy="keep"
+    params = to_fg(R.RP0)
+    state = opt.init(params)
+    p = {k: v.copy() for k, v in R.RP0.items()}
+    prev = 1.0
+    for _ in range(4):
+        value, grad = optim.value_and_grad_from_state(f)(params, state=state)
+        updates, state = opt.update(grad, state, params, value=value, grad=grad, value_fn=f)
+        params = optim.apply_updates(params, updates)
+        g = R.rosen_grad(p)
+        d = {k: -v for k, v in g.items()}
+
+        def phi(a, p=p, d=d):
+            trial = {k: p[k] + a * d[k] for k in p}
+            gt = R.rosen_grad(trial)
+            return R.rosen_np(trial), R.vdot(gt, d), gt
+        prev, _, _ = R.zoom_linesearch(phi, R.rosen_np(p), R.vdot(g, d), g, prev, 15)
+        p = {k: p[k] + prev * d[k] for k in p}
+        np.testing.assert_allclose(np.asarray(params["xy"]), p["xy"], rtol=1e-9)
+        np.testing.assert_allclose(float(state[1].learning_rate), prev, rtol=1e-9)
+    assert isinstance(state[1], optim.ScaleByZoomLinesearchState)
+    assert isinstance(state[1].info, optim.ZoomLinesearchInfo)
+
+
 # ---------------------------------------------------------------------------------------------
 # numerics
 # ---------------------------------------------------------------------------------------------

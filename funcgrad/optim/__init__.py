@@ -27,6 +27,9 @@ from .base import (
                    stateless, stateless_with_tree_map, with_extra_args_support,
 )
 from .factorized import FactoredState, scale_by_factored_rms
+from .linesearch_zoom import (
+                   ScaleByZoomLinesearchState, ZoomLinesearchInfo, scale_by_zoom_linesearch,
+)
 from .losses import (
                    convex_kl_divergence, cosine_distance, cosine_similarity, ctc_loss,
                    ctc_loss_with_forward_probs, generalized_kl_divergence, hinge_loss,

@@ -2,15 +2,15 @@
 value_and_grad_from_state for reusing the values a line search already computed."""
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from .. import ad, lax
 from .. import numpy as fnp
 from ..tree_util import tree_leaves, tree_map
-from .base import EmptyState, GradientTransformation, GradientTransformationExtraArgs, \
-    chain, identity, safe_increment, tree_zeros_like
+from .base import GradientTransformation, GradientTransformationExtraArgs, chain, identity, \
+    safe_increment, tree_zeros_like
+from .linesearch_zoom import _split_fn_kwargs, scale_by_zoom_linesearch
 from .transforms import scale, scale_by_learning_rate
 
 
@@ -19,6 +19,12 @@ def _vdot(a, b):
     if not leaves_a:
         return fnp.zeros((), fnp.float32)
     return sum(fnp.sum(x * y) for x, y in zip(leaves_a, leaves_b))
+
+
+def _float_dtype(tree):
+    """The widest floating dtype among the leaves (float32 when there is none)."""
+    dts = [fnp.asarray(x).dtype for x in tree_leaves(tree)]
+    return fnp.result_type(*dts) if dts else fnp.float32
 
 
 class ScaleByLBFGSState(NamedTuple):
@@ -83,7 +89,7 @@ def scale_by_lbfgs(memory_size: int = 10, scale_init_precond: bool = True
                                                fnp.asarray(x).dtype), params)
         return ScaleByLBFGSState(fnp.asarray(0, fnp.int32), tree_zeros_like(params),
                                  tree_zeros_like(params), stacked, stacked,
-                                 fnp.zeros(memory_size))
+                                 fnp.zeros(memory_size, _float_dtype(params)))
 
     def update(updates, state, params=None):
         if params is None:
@@ -131,12 +137,6 @@ class ScaleByBacktrackingLinesearchState(NamedTuple):
     value: Any
     grad: Any
     info: BacktrackingLinesearchInfo
-
-
-def _split_fn_kwargs(fn, kwargs):
-    names = set(inspect.signature(fn).parameters)
-    return ({k: v for k, v in kwargs.items() if k in names},
-            {k: v for k, v in kwargs.items() if k not in names})
 
 
 def scale_by_backtracking_linesearch(max_backtracking_steps: int, slope_rtol: float = 1e-4,
@@ -265,12 +265,15 @@ def value_and_grad_from_state(value_fn: Callable) -> Callable:
 
 
 def lbfgs(learning_rate=None, memory_size: int = 10, scale_init_precond: bool = True,
-          linesearch: GradientTransformation | None = None) -> GradientTransformationExtraArgs:
-    """L-BFGS: ``chain(scale_by_lbfgs, scale(-1) or -learning_rate, linesearch)``.
+          linesearch: GradientTransformation | None = scale_by_zoom_linesearch(
+              max_linesearch_steps=20, initial_guess_strategy="one")
+          ) -> GradientTransformationExtraArgs:
+    """L-BFGS: ``chain(scale_by_lbfgs, scale(-1) or -learning_rate, linesearch)``, by default
+    with the zoom (strong Wolfe) line search, as in optax; ``linesearch=None`` takes fixed
+    steps.
 
-    optax's default line search is its zoom (strong Wolfe) search; here the default is
-    ``scale_by_backtracking_linesearch(max_backtracking_steps=20, store_grad=True)`` (Armijo
-    only). Pass ``linesearch=None`` explicitly for no line search (a fixed step).
+    ``update`` needs ``value=``, ``grad=`` and ``value_fn=`` for the line search; use
+    :func:`value_and_grad_from_state` to reuse the value and gradient it computed.
 
     Example:
         >>> import funcgrad
@@ -289,16 +292,10 @@ def lbfgs(learning_rate=None, memory_size: int = 10, scale_init_precond: bool = 
     """
     base_scaling = scale(-1.0) if learning_rate is None else \
         scale_by_learning_rate(learning_rate)
-    if linesearch is _DEFAULT:
-        linesearch = scale_by_backtracking_linesearch(max_backtracking_steps=20,
-                                                      store_grad=True)
-    elif linesearch is None:
+    if linesearch is None:
         linesearch = identity()
     return chain(scale_by_lbfgs(memory_size, scale_init_precond), base_scaling, linesearch)
 
-
-_DEFAULT: Any = EmptyState()
-lbfgs.__defaults__ = (None, 10, True, _DEFAULT)
 
 __all__ = ["BacktrackingLinesearchInfo", "ScaleByBacktrackingLinesearchState",
            "ScaleByLBFGSState", "lbfgs", "scale_by_backtracking_linesearch", "scale_by_lbfgs",
