@@ -404,3 +404,28 @@ def test_nnls_and_multi_normal():
     assert samples.shape == (4000, 2)
     np.testing.assert_allclose(samples.mean(0), loc, atol=0.1)
     np.testing.assert_allclose(samples.std(0), sd, rtol=0.1)
+
+
+def test_dpsgd_clips_sums_noises_and_averages():
+    rng = np.random.default_rng(5)
+    grads = {"a": rng.normal(size=(4, 3)), "b": rng.normal(size=(4, 2, 2))}
+    clip, mult, lr = 1.5, 0.7, 0.1
+    opt = optim.dpsgd(lr, clip, mult, key=11, momentum=0.9)
+    state = opt.init({"a": fnp.zeros(3), "b": fnp.zeros((2, 2))})
+    key = funcgrad.random.PRNGKey(11)
+    trace = {k: 0.0 for k in grads}
+    for _ in range(2):
+        updates, state = opt.update(to_fg(grads), state)
+        norms = np.sqrt(sum((g.reshape(4, -1) ** 2).sum(1) for g in grads.values()))
+        mult_i = np.minimum(clip / norms, 1.0)
+        keys = funcgrad.random.split(key, 3)
+        key = keys[0]
+        for i, k in enumerate(("a", "b")):  # leaves in flattening order
+            noise = np.asarray(funcgrad.random.normal(keys[i + 1], grads[k].shape[1:],
+                                                      fnp.float64))
+            agg = (np.tensordot(mult_i, grads[k], axes=1) + clip * mult * noise) / 4
+            trace[k] = agg + 0.9 * trace[k]
+            np.testing.assert_allclose(np.asarray(updates[k]), -lr * trace[k], rtol=1e-10)
+    assert isinstance(state[0], optim.DifferentiallyPrivateAggregateState)
+    assert optim.differentially_private_aggregate(1.0, 1.0, key=0).init(None).rng_key.shape \
+        == (2,)

@@ -44,6 +44,7 @@ from .numerics import (
                    safe_norm, safe_root_mean_squares, scale_gradient, tree_map_params,
                    update_infinity_moment, update_moment, update_moment_per_elem_norm,
 )
+from .privacy import DifferentiallyPrivateAggregateState, differentially_private_aggregate, dpsgd
 from .quasi_newton import (
                    ScaleByBacktrackingLinesearchState, ScaleByLBFGSState, lbfgs,
                    scale_by_backtracking_linesearch, scale_by_lbfgs, value_and_grad_from_state,
