@@ -6,12 +6,16 @@ import numpy as np
 from . import prims as P
 from .ad import stop_gradient  # noqa: F401
 from .control import cond, fori_loop, map, scan, switch, while_loop  # noqa: F401
-from .conv import (ConvDimensionNumbers, conv, conv_dimension_numbers,  # noqa: F401
-                   conv_general_dilated, conv_general_dilated_p, conv_transpose,
-                   conv_with_general_padding, padtype_to_pads)
+from .conv import (ConvDimensionNumbers, conv_dimension_numbers,  # noqa: F401
+                   conv_general_dilated_p, conv_general_permutations, padtype_to_pads)
+from .conv_api import (ConvGeneralDilatedDimensionNumbers, conv,  # noqa: F401
+                       conv_general_dilated, conv_general_dilated_patches,
+                       conv_general_shape_tuple, conv_shape_tuple, conv_transpose,
+                       conv_transpose_shape_tuple, conv_with_general_padding)
 from .core import bind
 from .windows import (reduce_window, reduce_window_max_p, reduce_window_min_p,  # noqa: F401
-                      reduce_window_sum_p, select_and_gather_add_p, select_and_scatter_add_p)
+                      reduce_window_shape_tuple, reduce_window_sum_p, select_and_gather_add_p,
+                      select_and_scatter_add_p)
 
 
 def dot_general(lhs, rhs, dimension_numbers):

@@ -31,6 +31,19 @@ def window_out_shape(shape, window_dimensions, window_strides, padding, base_dil
                                                      padding, base_dilation, window_dilation))
 
 
+def reduce_window_shape_tuple(operand_shape, window_dimensions, window_strides, padding,
+                              base_dilation=None, window_dilation=None) -> tuple:
+    """Output shape of reduce_window (`jax.lax.reduce_window_shape_tuple`).
+
+    Example:
+        >>> reduce_window_shape_tuple((1, 5, 5, 3), (1, 2, 2, 1), (1, 2, 2, 1), ((0, 0),) * 4)
+        (1, 2, 2, 3)
+    """
+    n = len(operand_shape)
+    return window_out_shape(operand_shape, window_dimensions, window_strides, padding,
+                            base_dilation or (1,) * n, window_dilation or (1,) * n)
+
+
 def _check(name, x, params, kinds="fiu", avals=None):
     avals = avals or (x,)
     n = x.ndim

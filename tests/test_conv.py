@@ -189,3 +189,30 @@ def test_convolve_grads_and_errors():
         fnp.correlate(np.ones(0), np.ones(2))
     with pytest.raises(ValueError, match="mode must be"):
         fnp.convolve(np.ones(3), np.ones(2), "circular")
+
+
+def test_patches_and_shape_helpers():
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 3, 5, 4))                 # NCHW
+    p = lax.conv_general_dilated_patches(x, (2, 3), (1, 1), "VALID")
+    assert p.shape == (2, 3 * 6, 4, 2)
+    # feature (c, i, j) of output position (h, w) is x[c, h + i, w + j]
+    want = np.stack([x[:, c, i:i + 4, j:j + 2] for c in range(3) for i in range(2)
+                     for j in range(3)], axis=1)
+    np.testing.assert_allclose(np.asarray(p), want, rtol=1e-12)
+    nhwc = lax.conv_general_dilated_patches(x.transpose(0, 2, 3, 1), (2, 3), (1, 1), "VALID",
+                                            dimension_numbers=("NHWC", "OIHW", "NHWC"))
+    np.testing.assert_allclose(np.asarray(nhwc), want.transpose(0, 2, 3, 1), rtol=1e-12)
+    check_grads(lambda a: lax.conv_general_dilated_patches(a, (2, 2), (2, 1), "SAME"), (x,),
+                order=1)
+    assert lax.conv_shape_tuple((2, 3, 8, 8), (4, 3, 3, 3), (2, 2), "SAME") == (2, 4, 4, 4)
+    assert lax.conv_shape_tuple((4, 3, 8), (6, 3, 3), (1,), [(1, 0)], 2) == (2, 6, 7)
+    dn = ("NHWC", "HWIO", "NHWC")
+    for strides, padding in [((1, 1), "SAME"), ((2, 3), "VALID"), ((2, 2), [(1, 2), (0, 1)])]:
+        a, k = np.ones((2, 7, 6, 3)), np.ones((3, 2, 3, 4))
+        assert lax.conv_general_shape_tuple(a.shape, k.shape, strides, padding, dn) == \
+            lax.conv_general_dilated(a, k, strides, padding, dimension_numbers=dn).shape
+        assert lax.conv_transpose_shape_tuple(a.shape, k.shape, strides, padding, dn) == \
+            lax.conv_transpose(a, k, strides, padding).shape
+    assert lax.reduce_window_shape_tuple((1, 5, 5, 3), (1, 3, 3, 1), (1, 2, 2, 1),
+                                         [(0, 0), (1, 1), (1, 1), (0, 0)]) == (1, 3, 3, 3)

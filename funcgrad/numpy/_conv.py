@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..conv import conv_general_dilated
+from ..conv_api import conv_general_dilated
 from ..core import user_frame_src
 from ._base import asarray, reshape, result_type
 from ._shape import flip
