@@ -101,7 +101,8 @@ def _patches_source(nsp: int, dtype) -> str:
     for d in reversed(sp):
         L += [f"        q{d} = r % od{d}", f"        r = r // od{d}"]
     L += ["        b = r % NO", "        g = r // NO",
-          "        a = xo + (b + g * NO * GB) * xsn + (ci + g * CG * GF) * xsc", "        ok = True"]
+          "        a = xo + (b + g * NO * GB) * xsn + (ci + g * CG * GF) * xsc",
+          "        ok = True"]
     for d in sp:
         L += [f"        p{d} = q{d} * st{d} - pl{d} + k{d} * rd{d}",
               f"        ok = ok and p{d} >= 0 and p{d} % ld{d} == 0 and p{d} // ld{d} < idm{d}",
