@@ -338,8 +338,12 @@ def reduce_window(operand, init_value, computation, window_dimensions, window_st
             "min": reduce_window_min_p}[kind]
     res = bind(prim, x, **params)
     init = init_value if isinstance(init_value, Tracer) else np.asarray(init_value)
-    if not isinstance(init, Tracer) and init == identity(kind, x.dtype):
-        return res
+    if not isinstance(init, Tracer):
+        if init.ndim or (x.dtype.kind != "f" and not (np.isfinite(init) and init == int(init))):
+            raise TypeError(f"reduce_window: init_value {init_value!r} is not a scalar of the "
+                            f"operand's dtype {x.dtype.name}\n  at {user_frame_src()}")
+        if init == identity(kind, x.dtype):
+            return res
     init = asarray(init, x.dtype)
     if kind == "max":
         return maximum(res, init)

@@ -128,5 +128,10 @@ def test_errors():
         lax.reduce_window(np.ones((3, 3)), 0.0, lax.add, (2,), (1, 1), "VALID")
     with pytest.raises(funcgrad.ShapeError, match="non-negative"):
         lax.reduce_window(np.ones(3), 0.0, lax.add, (2,), (1,), [(-1, 0)])
+    with pytest.raises(TypeError, match="not a scalar of the operand's dtype int32"):
+        lax.reduce_window(np.ones(3, np.int32), -np.inf, lax.max, (2,), (1,), "VALID")
+    imax = lax.reduce_window(np.array([3, -2, 5], np.int32), np.iinfo(np.int32).min, lax.max,
+                             (2,), (1,), "VALID")
+    assert np.asarray(imax).tolist() == [3, 5]
     with pytest.raises(funcgrad.ShapeError, match=">= 1"):
         lax.reduce_window(np.ones(3), 0.0, lax.add, (0,), (1,), "VALID")
