@@ -5,7 +5,8 @@ import numpy as np
 
 from . import prims as P
 from .ad import stop_gradient  # noqa: F401
-from .control import cond, fori_loop, map, scan, switch, while_loop  # noqa: F401
+from .control import (associative_scan, cond, fori_loop, map, scan, switch,  # noqa: F401
+                      while_loop)
 from .conv import (ConvDimensionNumbers, conv_dimension_numbers,  # noqa: F401
                    conv_general_dilated_p, conv_general_permutations, padtype_to_pads)
 from .conv_api import (ConvGeneralDilatedDimensionNumbers, conv,  # noqa: F401

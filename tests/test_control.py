@@ -1,4 +1,5 @@
-"""lax.fori_loop / scan / map / cond: against Python loops, under grad, vmap and jit, errors."""
+"""lax.fori_loop / scan / map / cond / switch / while_loop: against Python loops, under grad,
+vmap and jit, errors (JAX's semantics; the loop primitives themselves: test_loops.py)."""
 from __future__ import annotations
 
 import doctest
@@ -92,8 +93,10 @@ def test_scan_pytrees_length_and_grad(rng):
 
 
 def test_scan_zero_length_and_vmap(rng):
-    carry, ys = lax.scan(lambda c, x: (c + x, x * 2.0), 1.5, np.zeros((0, 3)))
-    assert float(carry) == 1.5 and ys.shape == (0, 3)
+    carry, ys = lax.scan(lambda c, x: (c + x.sum(), x * 2.0), 1.5, np.zeros((0, 3)))
+    assert float(carry) == 1.5 and ys.shape == (0, 3) and carry.dtype == np.float64
+    with pytest.raises(TypeError, match=r"(?s)scan: the carry f returns.*f32\[\].*f64\[3\]"):
+        lax.scan(lambda c, x: (c + x, x * 2.0), 1.5, np.zeros((0, 3)))   # as in JAX
     xs = rng.standard_normal((4, 6, 2))   # vmap over the 6 axis of a 4-step scan
 
     def total(xs):
@@ -135,8 +138,10 @@ def test_errors_name_the_line():
         lax.scan(lambda c, x: (c.astype(np.int32), x), np.float32(0.0), np.zeros(3))
     with pytest.raises(ValueError, match="disagree on the number of iterations"):
         lax.scan(lambda c, x: (c, x), 0.0, (np.zeros(3), np.zeros(4)))
-    with pytest.raises(funcgrad.ConcretizationError, match="(?s)fori_loop: upper.*static"):
-        jit(lambda n, x: lax.fori_loop(0, n, lambda i, v: v + 1.0, x))(3, 0.0)
+    with pytest.raises(TypeError, match="fori_loop: upper must be an integer scalar"):
+        lax.fori_loop(0, 2.5, lambda i, v: v, 0.0)
+    # a traced trip count runs as a while loop (JAX's semantics)
+    assert float(jit(lambda n, x: lax.fori_loop(0, n, lambda i, v: v + 1.0, x))(3, 0.0)) == 3.0
     with pytest.raises(TypeError, match="(?s)cond: true_fun and false_fun.*test_control.py"):
         jit(lambda x: lax.cond(x > 0, lambda v: v, lambda v: fnp.stack([v, v]), x))(1.0)
     with pytest.raises(TypeError, match="cond: pred must be a boolean or number scalar"):
@@ -186,23 +191,30 @@ def test_switch_concrete_traced_grad_vmap_and_out_of_range():
     got = vmap(lambda i, x: lax.switch(i, fs, x))(np.array([0, 1, 2], np.int32),
                                                   np.array([1.0, 2.0, 0.0]))
     np.testing.assert_allclose(np.asarray(got), [2.0, 4.0, 0.0])
-    with pytest.raises(IndexError, match="(?s)switch: index 3 is out of range.*test_control.py"):
-        lax.switch(3, fs, x)
-    with pytest.raises(IndexError, match="(?s)out of bounds.*test_control.py"):
-        jit(lambda i, x: lax.switch(i, fs, x))(np.int32(5), x)
+    # as in JAX, an index out of range is clamped (concrete or traced)
+    assert float(lax.switch(3, fs, x)) == float(fs[2](x))
+    assert np.isclose(float(jit(lambda i, x: lax.switch(i, fs, x))(np.int32(5), x)),
+                      np.sin(0.7))
+    assert float(jit(lambda i, x: lax.switch(i, fs, x))(np.int32(-4), x)) == 1.7
     with pytest.raises(TypeError, match="switch: every branch must return the same"):
         jit(lambda i, x: lax.switch(i, [lambda v: v, lambda v: fnp.stack([v, v])], x))(
             np.int32(0), x)
 
 
-def test_while_loop_eager_concrete_counter_under_jit_and_traced_error():
+def test_while_loop_eager_traced_condition_forward_mode_and_reverse_error():
     assert float(lax.while_loop(lambda x: x < 100.0, lambda x: x * 3.0, fnp.asarray(1.0))) == 243.0
 
-    def f(x):   # the condition reads a Python int in the carry: concrete while tracing
+    def f(x):
         return lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, c[1] * 2.0), (0, x))[1]
     assert float(jit(f)(1.5)) == 12.0
-    assert float(grad(f)(1.5)) == 8.0
-    with pytest.raises(funcgrad.ConcretizationError, match="(?s)while_loop: cond_fun.*fori_loop"):
-        jit(lambda x: lax.while_loop(lambda v: v < 10.0, lambda v: v * 2.0, x))(1.0)
+    assert float(funcgrad.jvp(f, (1.5,), (1.0,))[1]) == 8.0
+    # reverse mode raises, as in JAX, naming the loop's line
+    with pytest.raises(funcgrad.core.FuncgradError,
+                       match="(?s)Reverse-mode differentiation does not work for lax.while_loop"
+                             ".*test_control.py"):
+        grad(f)(1.5)
+    # a traced condition
+    assert float(jit(lambda x: lax.while_loop(lambda v: v < 10.0, lambda v: v * 2.0, x))(1.0)) \
+        == 16.0
     with pytest.raises(TypeError, match="while_loop: cond_fun must return a boolean scalar"):
         lax.while_loop(lambda v: v, lambda v: v, np.ones(2))

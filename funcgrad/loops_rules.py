@@ -1,0 +1,449 @@
+"""jvp, reverse mode and batching of the loop primitives (funcgrad/loops.py).
+
+Every rule builds a new loop of a transformed body: the jvp of a scan is a scan of the body's
+jvp; its reverse mode is a forward scan that also stacks the carry entering each step, then a
+reverse scan of the body's vjp at those carries (the body is recomputed once per step there);
+batching scans the batched body. Rules are called per result equation of a group, so each
+memoizes the transformed group on the record by argument identity and binds it once.
+"""
+from __future__ import annotations
+
+from . import numpy as fnp
+from . import prims as P
+from .ad import jvp_expr_eval, vjp
+from .batching import batch_eval
+from .core import FuncgradError, ShapedArray, eval_expr, is_float, user_frame_src
+from .loops import (
+    LoopRec,
+    bind_group,
+    cond_p,
+    make_cond,
+    make_scan,
+    make_while,
+    scan_p,
+    trace_closed,
+    while_p,
+)
+
+
+def _memo(rec, kind, args, extra, build):
+    """Results of build() for these argument objects (one slot per record and kind)."""
+    key = (tuple(id(a) if a is not None else None for a in args), extra)
+    slot = rec.derived.get(("memo", kind))
+    if slot is not None and slot[0] == key:
+        return slot[2]
+    res = build()
+    rec.derived[("memo", kind)] = (key, list(args), res)   # keep args alive: ids stay unique
+    return res
+
+
+def _floats(avals):
+    return [is_float(a.dtype) for a in avals]
+
+
+def _zeros(x):
+    return P.zeros_like(x)
+
+
+def _pick(xs, mask):
+    return [x for x, m in zip(xs, mask) if m]
+
+
+# ---------------------------------------------------------------------------------------------
+# jvp
+# ---------------------------------------------------------------------------------------------
+
+def _scan_jvp(ts, xs, *, out, rec, index):
+    nc, nk = rec.n_consts, rec.n_carry
+    fl = _floats(rec.in_avals)
+    has = [t is not None and f for t, f in zip(ts, fl)]
+    has[nc:nc + nk] = fl[nc:nc + nk]             # every float carry gets a tangent
+    ny = len(rec.out_avals) - nk
+    fk = fl[nc:nc + nk]
+    fy = _floats(rec.out_avals[nk:])
+
+    def build():
+        body = rec.exprs[0]
+        nx = len(xs) - nc - nk
+        m_c, m_x = has[:nc], has[nc + nk:]
+        n_tc, n_tk, n_tx = sum(m_c), sum(fk), sum(m_x)
+
+        def fn(*a):
+            it = iter(a)
+            consts = [next(it) for _ in range(nc)]
+            tc = [next(it) for _ in range(n_tc)]
+            carry = [next(it) for _ in range(nk)]
+            tk = [next(it) for _ in range(n_tk)]
+            x = [next(it) for _ in range(nx)]
+            tx = [next(it) for _ in range(n_tx)]
+            tangents = _spread(tc, m_c) + _spread(tk, fk) + _spread(tx, m_x)
+            outs, touts = jvp_expr_eval(body, [], consts + carry + x, tangents)
+            tout = [t if t is not None else _zeros(o) for t, o in zip(touts, outs)]
+            return (outs[:nk] + _pick(tout[:nk], fk) + outs[nk:] + _pick(tout[nk:], fy))
+
+        tangent_of = lambda i: ts[i] if ts[i] is not None else _zeros(xs[i])   # noqa: E731
+        consts = list(xs[:nc]) + [tangent_of(i) for i in range(nc) if has[i]]
+        carry = list(xs[nc:nc + nk]) + [tangent_of(nc + j) for j in range(nk) if fk[j]]
+        xss = list(xs[nc + nk:]) + [tangent_of(i) for i in range(nc + nk, len(xs)) if has[i]]
+        carry_avals = [ShapedArray(c.shape, c.dtype) for c in carry]
+        x_avals = [ShapedArray(x.shape[1:], x.dtype) for x in xss]
+        new, ops = make_scan(fn, consts, carry_avals, x_avals, rec.length, rec.reverse,
+                             rec.unroll, name=f"jvp({rec.name})")
+        res = bind_group(scan_p, new, ops + carry + xss)
+        nkt = nk + sum(fk)
+        primal = res[:nk] + res[nkt:nkt + ny]
+        tang = _spread(res[nk:nkt], fk) + _spread(res[nkt + ny:], fy)
+        return primal, tang
+
+    return _memo(rec, "jvp", list(xs) + list(ts), None, build)[1][index]
+
+
+def _spread(vals, mask):
+    """vals placed at the True positions of mask, None elsewhere."""
+    it = iter(vals)
+    return [next(it) if m else None for m in mask]
+
+
+def _while_jvp(ts, xs, *, out, rec, index):
+    ncc, nbc = rec.n_cconsts, rec.n_bconsts
+    fl = _floats(rec.in_avals)
+    n = len(xs)
+    nk = n - ncc - nbc
+    fk = fl[ncc + nbc:]
+    m_b = [ts[ncc + i] is not None and fl[ncc + i] for i in range(nbc)]
+
+    def build():
+        cexpr, bexpr = rec.exprs
+        n_tb, n_tk = sum(m_b), sum(fk)
+
+        def cond_fn(*a):
+            return eval_expr(cexpr, list(a[:ncc + nk]))
+
+        def body_fn(*a):
+            bc, tb = list(a[:nbc]), list(a[nbc:nbc + n_tb])
+            carry = list(a[nbc + n_tb:nbc + n_tb + nk])
+            tk = list(a[nbc + n_tb + nk:])
+            outs, touts = jvp_expr_eval(bexpr, [], bc + carry, _spread(tb, m_b) + _spread(tk, fk))
+            tout = [t if t is not None else _zeros(o) for t, o in zip(touts, outs)]
+            return outs + _pick(tout, fk)
+
+        cconsts = list(xs[:ncc])
+        bconsts = list(xs[ncc:ncc + nbc]) + [ts[ncc + i] for i in range(nbc) if m_b[i]]
+        carry = list(xs[ncc + nbc:])
+        tcarry = [ts[ncc + nbc + j] if ts[ncc + nbc + j] is not None else _zeros(carry[j])
+                  for j in range(nk) if fk[j]]
+        c_avals = [ShapedArray(c.shape, c.dtype) for c in carry + tcarry]
+        new, ops = make_while(cond_fn, cconsts, body_fn, bconsts, c_avals,
+                              name=f"jvp({rec.name})")
+        res = bind_group(while_p, new, ops + carry + tcarry)
+        return res[:nk], _spread(res[nk:], fk)
+
+    return _memo(rec, "jvp", list(xs) + list(ts), None, build)[1][index]
+
+
+def _cond_jvp(ts, xs, *, out, rec, index):
+    fl = _floats(rec.in_avals)
+    m = [t is not None and f for t, f in zip(ts, fl)]
+    m[0] = False
+    fo = _floats(rec.out_avals)
+
+    def build():
+        ops = list(xs[1:])
+        tops = [ts[i] for i in range(1, len(xs)) if m[i]]
+
+        def branch(expr):
+            def fn(*a):
+                o, t = list(a[:len(ops)]), list(a[len(ops):])
+                outs, touts = jvp_expr_eval(expr, [], o, _spread(t, m[1:]))
+                tout = [t if t is not None else _zeros(x) for t, x in zip(touts, outs)]
+                return outs + _pick(tout, fo)
+            return fn
+        avals = [ShapedArray(x.shape, x.dtype) for x in ops + tops]
+        new, extra = make_cond([trace_closed(branch(e), avals) for e in rec.exprs], avals,
+                               name=f"jvp({rec.name})")
+        res = bind_group(cond_p, new, [xs[0]] + ops + tops + extra)
+        k = len(rec.out_avals)
+        return res[:k], _spread(res[k:], fo)
+
+    return _memo(rec, "jvp", list(xs) + list(ts), None, build)[1][index]
+
+
+# ---------------------------------------------------------------------------------------------
+# reverse mode (ad.py's vjp groups: fwd once for the group, then bwd with every cotangent)
+# ---------------------------------------------------------------------------------------------
+
+def _scan_fwd(rec, *xs):
+    """The scan, also stacking the carry that enters each step (the residuals)."""
+    nc, nk = rec.n_consts, rec.n_carry
+    body = rec.exprs[0]
+
+    def fn(*a):
+        outs = eval_expr(body, list(a))
+        return outs + list(a[nc:nc + nk])
+
+    c_avals = rec.in_avals[nc:nc + nk]
+    x_avals = [ShapedArray(a.shape[1:], a.dtype) for a in rec.in_avals[nc + nk:]]
+    new, ops = make_scan(fn, list(xs[:nc]), c_avals, x_avals, rec.length, rec.reverse,
+                         rec.unroll, name=f"fwd({rec.name})")
+    res = bind_group(scan_p, new, ops + list(xs[nc:]))
+    k = len(rec.out_avals)
+    return res[:k], (list(xs), res[k:])
+
+
+def _scan_bwd(rec, residuals, cts):
+    """A reverse scan of the body's vjp at the saved carries; constants' cotangents sum up."""
+    xs, saved = residuals
+    nc, nk = rec.n_consts, rec.n_carry
+    fl = _floats(rec.in_avals)
+    fc, fk, fx = fl[:nc], fl[nc:nc + nk], fl[nc + nk:]
+    fo = _floats(rec.out_avals)
+    fy = fo[nk:]
+    if not any(fo) or not any(fl):
+        return [None] * len(xs)
+    body = rec.exprs[0]
+    nx = len(xs) - nc - nk
+    n_fc, n_fk, n_fy = sum(fc), sum(fk), sum(fy)
+
+    def fn(*a):
+        it = iter(a)
+        consts = [next(it) for _ in range(nc)]
+        acc = [next(it) for _ in range(n_fc)]
+        ctk = [next(it) for _ in range(n_fk)]
+        x = [next(it) for _ in range(nx)]
+        carry = [next(it) for _ in range(nk)]
+        cty = [next(it) for _ in range(n_fy)]
+        full = consts + carry + x
+        mask = fc + fk + fx
+        diff = _pick(full, mask)
+
+        def f(*d):
+            ins = _merge(full, mask, d)
+            outs = eval_expr(body, ins)
+            return _pick(outs, fo)
+
+        _, f_vjp = vjp(f, *diff)
+        got = list(f_vjp(list(ctk) + list(cty)))
+        d_c, d_k, d_x = got[:n_fc], got[n_fc:n_fc + n_fk], got[n_fc + n_fk:]
+        return [a + d for a, d in zip(acc, d_c)] + d_k + d_x
+
+    consts = list(xs[:nc])
+    acc0 = [_zeros(c) for c in _pick(consts, fc)]
+    ctk0 = _pick(cts[:nk], fk)
+    c_avals = [ShapedArray(c.shape, c.dtype) for c in acc0 + ctk0]
+    x_ops = list(xs[nc + nk:]) + list(saved) + _pick(cts[nk:], fy)
+    x_avals = [ShapedArray(x.shape[1:], x.dtype) for x in x_ops]
+    new, ops = make_scan(fn, consts, c_avals, x_avals, rec.length, not rec.reverse, rec.unroll,
+                         name=f"bwd({rec.name})")
+    res = bind_group(scan_p, new, ops + acc0 + ctk0 + x_ops)
+    d_c, d_k, d_x = res[:n_fc], res[n_fc:n_fc + n_fk], res[n_fc + n_fk:]
+    return _spread(d_c, fc) + _spread(d_k, fk) + _spread(d_x, fx)
+
+
+def _merge(full, mask, diff):
+    it = iter(diff)
+    return [next(it) if m else v for v, m in zip(full, mask)]
+
+
+def _while_fwd(rec, *xs):
+    raise FuncgradError(
+        "Reverse-mode differentiation does not work for lax.while_loop or lax.fori_loop with "
+        "dynamic start/stop values (the number of iterations is not known when the backward "
+        "pass is built). Use lax.scan, or fori_loop with concrete (static) bounds, or "
+        f"forward mode (jvp, jacfwd).\n  at {user_frame_src()}")
+
+
+def _cond_fwd(rec, *xs):
+    return bind_group(cond_p, rec, list(xs)), list(xs)
+
+
+def _cond_bwd(rec, xs, cts):
+    """The selected branch's vjp, as a cond over the branches' vjps."""
+    ops = list(xs[1:])
+    fops = _floats(rec.in_avals[1:])
+    fo = _floats(rec.out_avals)
+    if not any(fops) or not any(fo):
+        return [None] * len(xs)
+    cts_f = _pick(cts, fo)
+
+    def branch(expr):
+        def fn(*a):
+            o, c = list(a[:len(ops)]), list(a[len(ops):])
+
+            def f(*d):
+                return _pick(eval_expr(expr, _merge(o, fops, d)), fo)
+            _, f_vjp = vjp(f, *_pick(o, fops))
+            return list(f_vjp(c))
+        return fn
+    avals = [ShapedArray(x.shape, x.dtype) for x in ops + cts_f]
+    new, extra = make_cond([trace_closed(branch(e), avals) for e in rec.exprs], avals,
+                           name=f"bwd({rec.name})")
+    res = bind_group(cond_p, new, [xs[0]] + ops + cts_f + extra)
+    return [None] + _spread(res, fops)
+
+
+_FWD = {"scan": _scan_fwd, "while": _while_fwd, "cond": _cond_fwd}
+_BWD = {"scan": _scan_bwd, "cond": _cond_bwd}
+LoopRec.fwd = lambda self, *xs: _FWD[self.kind](self, *xs)
+LoopRec.bwd = lambda self, res, cts: _BWD[self.kind](self, res, cts)
+
+
+# ---------------------------------------------------------------------------------------------
+# batching
+# ---------------------------------------------------------------------------------------------
+
+def _bcast(x, size):
+    return P.broadcast_in_dim(x, (size,) + tuple(x.shape), range(1, len(x.shape) + 1))
+
+
+def _unbatched_aval(a):
+    return ShapedArray(a.shape, a.dtype)
+
+
+def _slice_avals(avals, batched, size):
+    return [ShapedArray(((size,) if b else ()) + tuple(a.shape), a.dtype)
+            for a, b in zip(avals, batched)]
+
+
+def _batched_outs(expr, args, dims, force=None):
+    """batch_eval of expr; with `force` (a mask), those outputs broadcast to batched."""
+    res = batch_eval(expr, [], list(args), list(dims))
+    if force is None:
+        return res
+    size = next(a.shape[0] for a, d in zip(args, dims) if d is not None)
+    return [(v, d) if d is not None or not f else (_bcast(v, size), 0)
+            for (v, d), f in zip(res, force)]
+
+
+def _probe(expr, avals, batched, size):
+    """Which outputs of expr come out batched when the inputs marked `batched` are."""
+    out = {}
+
+    def fn(*a):
+        res = batch_eval(expr, [], list(a), [0 if b else None for b in batched])
+        out["dims"] = [d is not None for _, d in res]
+        return [v for v, _ in res]
+    trace_closed(fn, _slice_avals(avals, batched, size))
+    return out["dims"]
+
+
+def _scan_batch(args, dims, *, rec, index):
+    def build():
+        nc, nk = rec.n_consts, rec.n_carry
+        size = next(a.shape[0] for a, d in zip(args, dims) if d is not None)
+        body = rec.exprs[0]
+        bc = [d is not None for d in dims[:nc]]
+        bk = [d is not None for d in dims[nc:nc + nk]]
+        bx = [d is not None for d in dims[nc + nk:]]
+        slot_avals = rec.in_avals[:nc + nk] + [ShapedArray(a.shape[1:], a.dtype)
+                                               for a in rec.in_avals[nc + nk:]]
+        while True:   # a carry is batched if the body makes it so: iterate to the fixpoint
+            ob = _probe(body, slot_avals, bc + bk + bx, size)
+            new_bk = [a or b for a, b in zip(bk, ob[:nk])]
+            if new_bk == bk:
+                break
+            bk = new_bk
+        by = ob[nk:]
+
+        def fn(*a):
+            res = _batched_outs(body, a, [0 if b else None for b in bc + bk + bx], bk + by)
+            return [v for v, _ in res]
+
+        consts = list(args[:nc])
+        carry = [_bcast(c, size) if b and d is None else c
+                 for c, b, d in zip(args[nc:nc + nk], bk, dims[nc:nc + nk])]
+        xs = [P.transpose(x, [1, 0] + list(range(2, x.ndim))) if b else x
+              for x, b in zip(args[nc + nk:], bx)]
+        c_avals = _slice_avals(rec.in_avals[nc:nc + nk], bk, size)
+        x_avals = _slice_avals([ShapedArray(a.shape[1:], a.dtype)
+                                for a in rec.in_avals[nc + nk:]], bx, size)
+        new, ops = make_scan(fn, consts, c_avals, x_avals, rec.length, rec.reverse,
+                             rec.unroll, name=f"vmap({rec.name})")
+        res = bind_group(scan_p, new, ops + carry + xs)
+        outs = [(r, 0 if b else None) for r, b in zip(res[:nk], bk)]
+        for r, b in zip(res[nk:], by):
+            outs.append((P.transpose(r, [1, 0] + list(range(2, r.ndim))), 0) if b else (r, None))
+        return outs
+
+    return _memo(rec, "batch", args, tuple(dims), build)[index]
+
+
+def _while_batch(args, dims, *, rec, index):
+    def build():
+        ncc, nbc = rec.n_cconsts, rec.n_bconsts
+        size = next(a.shape[0] for a, d in zip(args, dims) if d is not None)
+        cexpr, bexpr = rec.exprs
+        bcc = [d is not None for d in dims[:ncc]]
+        bbc = [d is not None for d in dims[ncc:ncc + nbc]]
+        bk = [d is not None for d in dims[ncc + nbc:]]
+        k_avals = rec.in_avals[ncc + nbc:]
+        while True:
+            ob = _probe(bexpr, rec.in_avals[ncc:ncc + nbc] + k_avals, bbc + bk, size)
+            new_bk = [a or b for a, b in zip(bk, ob)]
+            if new_bk == bk:
+                break
+            bk = new_bk
+        pred_batched = _probe(cexpr, rec.in_avals[:ncc] + k_avals, bcc + bk, size)[0]
+        if pred_batched:   # as JAX: run while any is true, and keep finished carries
+            bk = [True] * len(bk)
+        nk = len(bk)
+        cconsts, bconsts = list(args[:ncc]), list(args[ncc:ncc + nbc])
+        carry = [_bcast(c, size) if b and d is None else c
+                 for c, b, d in zip(args[ncc + nbc:], bk, dims[ncc + nbc:])]
+        cdims = [0 if b else None for b in bcc + bk]
+
+        def cond_fn(*a):
+            (p, _), = batch_eval(cexpr, [], list(a), cdims)
+            return [fnp.any(p)] if pred_batched else [p]
+
+        if pred_batched:
+            def body_fn(*a):
+                bc, cc, c = list(a[:nbc]), list(a[nbc:nbc + ncc]), list(a[nbc + ncc:])
+                (p, _), = batch_eval(cexpr, [], cc + c, cdims)
+                new = _batched_outs(bexpr, bc + c, [0 if b else None for b in bbc + bk], bk)
+                return [fnp.where(p.reshape((size,) + (1,) * (v.ndim - 1)), v, old)
+                        for (v, _), old in zip(new, c)]
+            bconsts = bconsts + cconsts
+        else:
+            def body_fn(*a):
+                res = _batched_outs(bexpr, a, [0 if b else None for b in bbc + bk], bk)
+                return [v for v, _ in res]
+        new, ops = make_while(cond_fn, cconsts, body_fn, bconsts,
+                              _slice_avals(k_avals, bk, size), name=f"vmap({rec.name})")
+        res = bind_group(while_p, new, ops + carry)
+        return [(r, 0 if b else None) for r, b in zip(res, bk)]
+
+    return _memo(rec, "batch", args, tuple(dims), build)[index]
+
+
+def _cond_batch(args, dims, *, rec, index):
+    def build():
+        size = next(a.shape[0] for a, d in zip(args, dims) if d is not None)
+        ops, odims = list(args[1:]), [0 if d is not None else None for d in dims[1:]]
+        force = [True] * len(rec.out_avals)
+        if dims[0] is not None:   # a batched index: every branch runs, then a select
+            idx = args[0]
+            outs = None
+            for k, expr in enumerate(rec.exprs):
+                vals = [v for v, _ in _batched_outs(expr, ops, odims, force)]
+                if outs is None:
+                    outs = vals
+                    continue
+                outs = [fnp.where((idx == k).reshape((size,) + (1,) * (v.ndim - 1)), v, o)
+                        for v, o in zip(vals, outs)]
+            return [(o, 0) for o in outs]
+
+        def branch(expr):
+            def fn(*a):
+                return [v for v, _ in _batched_outs(expr, a, odims, force)]
+            return fn
+        avals = _slice_avals(rec.in_avals[1:], [d is not None for d in odims], size)
+        new, extra = make_cond([trace_closed(branch(e), avals) for e in rec.exprs], avals,
+                               name=f"vmap({rec.name})")
+        res = bind_group(cond_p, new, [args[0]] + ops + extra)
+        return [(r, 0) for r in res]
+
+    return _memo(rec, "batch", args, tuple(dims), build)[index]
+
+
+scan_p.jvp, while_p.jvp, cond_p.jvp = _scan_jvp, _while_jvp, _cond_jvp
+scan_p.batch, while_p.batch, cond_p.batch = _scan_batch, _while_batch, _cond_batch
