@@ -145,7 +145,8 @@ def batch_nary(prim):
 def _batched(x):
     """x as (B, r, c) plus a function restoring the leading axes."""
     lead = x.shape[:-2]
-    return x.reshape((-1,) + x.shape[-2:]), lambda y: y.reshape(lead + y.shape[1:])
+    nb = int(np.prod(lead, dtype=np.int64))
+    return x.reshape((nb,) + x.shape[-2:]), lambda y: y.reshape(lead + y.shape[1:])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -698,3 +698,90 @@ SPECS["select_and_scatter_add"] = PrimSpec(
     "select_and_scatter_add", _make_select("scatter"), diff_argnums=(0,),
     tol={F32: (1e-5, 1e-6)},
     domain="source shaped like the windows' output; operand values on a 0.5 grid (ties)")
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 12: linalg factorizations (funcgrad/linalg_prims.py, funcgrad/linalg_spectral.py).
+# Square primitives read shape_case as batch + (n,) -> (..., n, n) matrices; qr and svd read
+# it as batch + (m, n). Values for gradients keep pivots, eigenvalues and singular values apart.
+# ---------------------------------------------------------------------------------------------
+
+def _orth(rng, n):
+    q, r = np.linalg.qr(rng.standard_normal((n, n)))
+    return q * np.where(np.diag(r) < 0, -1.0, 1.0)
+
+
+def _spectrum(rng, batch, n):
+    """(batch..., n) well-separated values: 1, 2, ..., n shuffled and signed at random."""
+    k = math.prod(batch)
+    vals = [rng.permutation(np.arange(1.0, n + 1)) * rng.choice([-1.0, 1.0]) for _ in range(k)]
+    return np.asarray(vals).reshape(tuple(batch) + (n,))
+
+
+def _make_cholesky(rng, shape, dtype, for_grad):
+    batch, n = shape[:-1], shape[-1]
+    a = rand(rng, tuple(batch) + (n, n), np.float64)
+    spd = a @ np.swapaxes(a, -1, -2) + n * np.eye(n)
+    if not for_grad and spd.size and rng.random() < 0.5:
+        spd.reshape((-1, n, n))[0] *= -1          # not positive definite: NaNs (JAX's result)
+    return [spd.astype(dtype)], {}
+
+
+def _make_trisolve(rng, shape, dtype, for_grad):
+    batch, n = tuple(shape[:-1]), shape[-1]
+    a = rand(rng, batch + (n, n), np.float64) * 0.5 + 2 * n * np.eye(n)
+    k = 2 if for_grad else int(rng.integers(0, 3))
+    p = {"lower": bool(rng.random() < 0.5), "transpose_a": bool(rng.random() < 0.5),
+         "unit_diagonal": bool(rng.random() < 0.3)}
+    return [a.astype(dtype), rand(rng, batch + (n, k), dtype)], p
+
+
+def _make_lu(rng, shape, dtype, for_grad):
+    batch, n = tuple(shape[:-1]), shape[-1]
+    if not for_grad:
+        return [rand(rng, batch + (n, n), dtype)], {}
+    a = rand(rng, batch + (n, n), np.float64) * 0.3 + 4 * n * np.eye(n)
+    a = a[..., rng.permutation(n), :]             # pivoting must undo a row permutation
+    return [a.astype(dtype)], {}
+
+
+def _make_qr(rng, shape, dtype, for_grad):
+    batch, (m, n) = tuple(shape[:-2]), shape[-2:]
+    if for_grad:
+        m, n = max(m, n), min(m, n)
+        a = rand(rng, batch + (m, n), np.float64) + 2 * np.eye(m, n)
+        return [a.astype(dtype)], {"full_matrices": bool(m == n and rng.random() < 0.5)}
+    return [rand(rng, batch + (m, n), dtype)], {"full_matrices": bool(rng.random() < 0.5)}
+
+
+def _make_eigh(rng, shape, dtype, for_grad):
+    batch, n = tuple(shape[:-1]), shape[-1]
+    lower = bool(rng.random() < 0.5)
+    q = np.asarray([_orth(rng, n) for _ in range(math.prod(batch))]).reshape(batch + (n, n))
+    w = _spectrum(rng, batch, n)
+    a = (q * w[..., None, :]) @ np.swapaxes(q, -1, -2)
+    junk = rand(rng, a.shape, np.float64)           # the triangle eigh does not read
+    keep = np.tri(n, dtype=bool) if lower else ~np.tri(n, k=-1, dtype=bool)
+    return [np.where(keep, a, junk).astype(dtype)], {"lower": lower}
+
+
+def _make_svd(rng, shape, dtype, for_grad):
+    batch, (m, n) = tuple(shape[:-2]), shape[-2:]
+    k, nb = min(m, n), math.prod(batch)
+    u = np.asarray([_orth(rng, m)[:, :k] for _ in range(nb)]).reshape(batch + (m, k))
+    v = np.asarray([_orth(rng, n)[:, :k] for _ in range(nb)]).reshape(batch + (n, k))
+    s = np.abs(_spectrum(rng, batch, k))
+    return [((u * s[..., None, :]) @ np.swapaxes(v, -1, -2)).astype(dtype)], {}
+
+
+_LINALG_TOL = {F32: (1e-3, 1e-4), F64: (1e-9, 1e-10)}
+for _name, _make, _nd, _dom in [
+        ("cholesky", _make_cholesky, 1, "symmetric positive definite (some batches not: NaN)"),
+        ("triangular_solve", _make_trisolve, 1, "diagonally dominant triangles; b (..., n, k)"),
+        ("lu", _make_lu, 1, "random (grad: a row permutation of a diagonally dominant matrix)"),
+        ("qr", _make_qr, 2, "random (grad: m >= n, reduced or square)"),
+        ("eigh", _make_eigh, 1, "eigenvalues +-(1..n); junk in the triangle not read"),
+        ("svd", _make_svd, 2, "singular values 1..k")]:
+    SPECS[_name] = PrimSpec(_name, _make, diff_argnums=(0, 1) if _name == "triangular_solve"
+                            else (0,), min_ndim=_nd, domain=_dom, tol=_LINALG_TOL,
+                            grad_tol={"atol": 1e-5, "rtol": 1e-4})

@@ -219,6 +219,13 @@ from . import conv as _conv  # noqa: E402
 CUDA.update(_conv.LOWERINGS)
 
 
+# linalg factorizations (funcgrad/linalg_prims.py, funcgrad/linalg_spectral.py) --------------
+
+from . import linalg as _linalg  # noqa: E402
+
+CUDA.update(_linalg.LOWERINGS)
+
+
 def lower(prim, bufs, params, aval) -> DeviceBuffer:
     fn = CUDA.get(prim)
     if fn is None:

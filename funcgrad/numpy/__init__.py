@@ -41,7 +41,8 @@ from ._base import (  # noqa: F401
 )
 from ._conv import convolve, correlate  # noqa: F401
 from ._indexing import _getitem, _IndexUpdateHelper  # noqa: F401
-from ._linalg import dot, einsum, inner, linalg, matmul, outer, tensordot, vdot  # noqa: F401
+from ._linalg import dot, einsum, inner, matmul, outer, tensordot, vdot  # noqa: F401
+from . import linalg  # noqa: F401  (the funcgrad.numpy.linalg module)
 from ._shape import (  # noqa: F401
                     array_split,
                     broadcast_arrays,

@@ -3,13 +3,11 @@ from __future__ import annotations
 
 import string
 
-import numpy as np
-
 from .. import prims as P
 from ..core import type_error
 from ._base import asarray, broadcast_shapes, broadcast_to, reshape, result_type
 from ._shape import transpose
-from ._ufuncs import sqrt, sum
+from ._ufuncs import sum
 
 
 def _promote2(op, a, b):
@@ -198,24 +196,3 @@ def einsum(subscripts, *operands, optimize=None, precision=None):
     if set(out) - set(sx):
         raise ValueError(f"einsum: output label(s) {sorted(set(out) - set(sx))} not in inputs")
     return transpose(x, [sx.index(c) for c in out]) if sx != out else x
-
-
-class linalg:
-    """funcgrad.numpy.linalg: norms."""
-
-    @staticmethod
-    def norm(x, ord=None, axis=None, keepdims=False):
-        """Vector 2-norm / Frobenius norm (ord None or 2 / 'fro'), or 1 and inf norms of
-        vectors."""
-        x = asarray(x)
-        from ._ufuncs import abs as _abs
-        from ._ufuncs import max as _max
-        if ord in (None, 2, "fro"):
-            return sqrt(sum(x * x, axis=axis, keepdims=keepdims))
-        if ord == 1:
-            return sum(_abs(x), axis=axis, keepdims=keepdims)
-        if ord == np.inf:
-            return _max(_abs(x), axis=axis, keepdims=keepdims)
-        raise NotImplementedError(f"linalg.norm ord={ord!r}")
-
-
