@@ -226,6 +226,13 @@ from . import linalg as _linalg  # noqa: E402
 CUDA.update(_linalg.LOWERINGS)
 
 
+# loops and branches (funcgrad/loops.py): bodies run through this table per iteration --------
+
+from . import loops as _loops  # noqa: E402
+
+_loops.register(CUDA)
+
+
 def lower(prim, bufs, params, aval) -> DeviceBuffer:
     fn = CUDA.get(prim)
     if fn is None:
