@@ -1,10 +1,13 @@
 # Copied from the team's shared/bench (peer definitions of WORKLOADS.md); run beside bench_gpu.py.
 """CPU anchors for the embedded default (no GPU): one Adam step of an MLP, JAX-CPU jit vs HIPS autograd vs hand-written numpy.
-C1: 64-128-128-10, batch 128 (digits-sized).  C2: 784-512-512-10, batch 256."""
-import json, time, sys
+C1: 64-128-128-10, batch 128 (digits-sized).  C2: 784-512-512-10, batch 256.
+`--only jax` runs JAX-CPU alone; `--reps N` sets the timed steps per figure (bench_cpu.py --pair)."""
+import argparse, json, time, sys
 import numpy as np
+_ap = argparse.ArgumentParser(); _ap.add_argument("--only", default=None); _ap.add_argument("--reps", type=int, default=50)
+ARGS = _ap.parse_args()
 def emit(**kw): print(json.dumps(kw), flush=True)
-def med(fn, reps=50, warm=5):
+def med(fn, reps=ARGS.reps, warm=5):
     for _ in range(warm): fn()
     ts = []
     for _ in range(reps):
@@ -31,6 +34,8 @@ for name, (sizes, batch) in SIZES.items():
     def js():
         state[0], state[1], l = step(state[0], state[1], x, y); jax.block_until_ready(l)
     emit(what=f"{name}_step_ms", impl="jax_cpu_jit", value=med(js))
+    if ARGS.only == "jax":
+        continue
     # autograd
     import autograd.numpy as anp
     from autograd import value_and_grad

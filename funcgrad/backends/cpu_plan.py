@@ -8,6 +8,7 @@ given by liveness (cpu_memory); results the caller receives are fresh arrays.
 Kernels are compiled when a plan has run FUNCGRAD_CPU_FUSE_AFTER times (default 2: a function
 called once or twice never waits for numba); until then, and for clusters that njit cannot
 take (float16), elementwise equations run as numpy calls. FUNCGRAD_CPU_FUSE=0 turns kernels off.
+Kernels and products of a few ms of work run in two halves on two threads (cpu_parallel).
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from .. import prims as P
 from ..clustering import Cluster, external_inputs, fusible, plan_steps
 from ..core import FuncgradError, Lit
 from ..prims import IndexOutOfRange
-from . import cpu_kernels, cpu_memory, cpu_ops
+from . import cpu_blas, cpu_kernels, cpu_memory, cpu_ops, cpu_parallel
 
 _FILENAME = "<funcgrad cpu plan>"
 
@@ -41,18 +42,6 @@ def exact_only() -> bool:
     ops then run as numpy calls between kernels; FUNCGRAD_CPU_EXACT=0 fuses them too (results
     then agree with numpy to an ulp or two)."""
     return os.environ.get("FUNCGRAD_CPU_EXACT", "1") != "0"
-
-
-def parallel_min() -> int | None:
-    """Elements from which a fused kernel splits its outer loop over threads (numba prange);
-    None (the default, FUNCGRAD_CPU_PARALLEL_MIN unset) keeps every kernel on one thread.
-
-    Measured on the 2-core development VM (C2, a 784-512-512-10 Adam step): serial kernels
-    5.0 ms/step; prange over clusters of >= 2^16 elements 5.4 ms with numba's workqueue
-    threads and 40+ ms with OpenMP's (its spinning threads starve OpenBLAS's).
-    """
-    v = os.environ.get("FUNCGRAD_CPU_PARALLEL_MIN")
-    return int(v) if v else None
 
 
 class _Step:
@@ -127,7 +116,7 @@ class Program:
                 here.append(f"{f}({', '.join(ins)}, {outs[0]})")
             else:   # kernel: rank-0 operands go by value
                 kin = [f"{a}[()]" if x.aval.ndim == 0 else a for a, x in zip(ins, s.ins)]
-                here.append(f"{f}({', '.join(kin + outs)})")
+                here.append(f"{f}({', '.join(kin + outs)}{s.extra or ''})")
             per_step.append((s, ins, here))
         # locals are dropped after their last read (views keep their base alive themselves)
         last = {}
@@ -259,7 +248,7 @@ def _steps(expr, fuse):
     keep = {o for o in expr.outs if not isinstance(o, Lit)}
     swapped = _transposed_dots(expr, keep)   # transpose equation -> its dot equation
     folded = {d.out for d in swapped.values()}
-    par = parallel_min()
+    split = cpu_parallel.split_min_work()
     plain = []   # ("eqn", e) | ("kernel", cluster)
     exact = exact_only()
 
@@ -286,9 +275,15 @@ def _steps(expr, fuse):
     steps = []
     for kind, s in plain:
         if kind == "kernel":
-            k, fs = cpu_kernels.kernel_for(s, parallel=par is not None and s.shape != ()
-                                           and math.prod(s.shape) >= par and s.shape[0] > 1)
-            steps.append(_Step("kernel", s.eqns[-1], list(s.outputs), fs.inputs, k, s))
+            k, fs = cpu_kernels.kernel_for(s)
+            n = math.prod(s.shape) if fs.flat else (s.shape[0] if s.shape else 0)
+            work = math.prod(s.shape) * sum(e.prim.name in cpu_ops.OPS for e in s.eqns)
+            if split is not None and work >= split and n >= 2:
+                steps.append(_Step("kernel", s.eqns[-1], list(s.outputs), fs.inputs,
+                                   _halves(k, n)))
+            else:   # the outer loop's range goes last (rank-0 kernels have none)
+                steps.append(_Step("kernel", s.eqns[-1], list(s.outputs), fs.inputs, k,
+                                   f", 0, {n}" if s.shape else ""))
             continue
         e = s
         if e.out in folded:   # computed, already transposed, by its transpose's step
@@ -326,6 +321,15 @@ def _steps(expr, fuse):
     return steps
 
 
+def _halves(kernel, n):
+    """kernel(*args, lo, hi) over [0, n) in two halves, concurrently where a core is free."""
+    h = n // 2
+
+    def run(*args):
+        cpu_parallel.run_pair(lambda: kernel(*args, 0, h), lambda: kernel(*args, h, n))
+    return run
+
+
 def _dot_into(xa, ya, dimension_numbers, out_aval):
     """f(x, y, out): np.matmul of the operands as matrices into a 2-D `out`, or None when the
     product is not one matmul of views (the numpy impl takes it then)."""
@@ -338,12 +342,14 @@ def _dot_into(xa, ya, dimension_numbers, out_aval):
         return None
     m = math.prod(d for i, d in enumerate(xa.shape) if i not in lc)
     n = math.prod(d for i, d in enumerate(ya.shape) if i not in rc)
+    k = math.prod(xa.shape[i] for i in lc)
+    mm = cpu_blas.matmul_into(m, n, k)
     if out_aval.shape == (m, n):
         def into(x, y, out):
-            np.matmul(mx(x), my(y), out=out)
+            mm(mx(x), my(y), out)
     else:
         def into(x, y, out):
-            np.matmul(mx(x), my(y), out=out.reshape(m, n))
+            mm(mx(x), my(y), out.reshape(m, n))
     return into
 
 

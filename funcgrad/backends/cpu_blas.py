@@ -1,0 +1,108 @@
+"""Matrix products on the CPU: np.matmul into planned buffers, small ones on one BLAS thread,
+large ones in two halves on two threads (cpu_parallel) rather than on OpenBLAS's pool.
+
+OpenBLAS splits every product above ~2^18 multiply-adds over all its threads. On a machine
+whose cores are shared, a small product then waits for a descheduled thread: a 128^3 product
+took 38 us with one core free and 5 ms when another process held it (development VM, 2 cores).
+Products under `serial_flops()` run on one thread (barely slower when the machine is idle);
+larger ones are split in two by cpu_parallel, whose caller takes back a half that the helper
+thread has not started. Where numpy's BLAS is not a loaded OpenBLAS, nothing changes.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+
+import numpy as np
+
+from . import cpu_parallel
+
+_SYMBOLS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
+            "openblas_set_num_threads64_", "openblas_set_num_threads")
+_set_threads = None     # ctypes function, or False when there is none
+_get_threads = None
+
+
+def serial_flops() -> int:
+    """Products of fewer flops (2 m n k) run on one BLAS thread (FUNCGRAD_CPU_BLAS_SERIAL)."""
+    return int(os.environ.get("FUNCGRAD_CPU_BLAS_SERIAL", str(1 << 25)))
+
+
+def _openblas():
+    """(set_num_threads, get_num_threads) of the OpenBLAS numpy loaded, or (None, None)."""
+    global _set_threads, _get_threads
+    if _set_threads is None:
+        _set_threads = _get_threads = False
+        try:
+            with open("/proc/self/maps") as f:
+                paths = {ln.split()[-1] for ln in f if "openblas" in ln.lower() and ".so" in ln}
+        except OSError:
+            paths = set()
+        for p in sorted(paths):
+            try:
+                lib = ctypes.CDLL(p)
+            except OSError:
+                continue
+            for s in _SYMBOLS:
+                if hasattr(lib, s) and hasattr(lib, s.replace("set_", "get_")):
+                    _set_threads = getattr(lib, s)
+                    _get_threads = getattr(lib, s.replace("set_", "get_"))
+                    _set_threads.argtypes, _set_threads.restype = [ctypes.c_int], None
+                    _get_threads.argtypes, _get_threads.restype = [], ctypes.c_int
+                    break
+            if _set_threads:
+                break
+    return (_set_threads or None), (_get_threads or None)
+
+
+def matmul_into(m: int, n: int, k: int):
+    """f(a, b, out): np.matmul(a, b, out=out) of an (m, k) by (k, n) product: on one BLAS
+    thread when it is small, in two halves on one BLAS thread each (cpu_parallel) when it is
+    large, else on OpenBLAS's own threads."""
+    flops = 2 * m * n * k
+    split = cpu_parallel.split_min_flops()
+    setn, getn = _openblas()
+    if setn is not None and split is not None and flops >= split and max(m, n) >= 32:
+        return _split(m, n, setn, getn)
+    if setn is None or flops >= serial_flops():
+        def run(a, b, out):
+            np.matmul(a, b, out=out)
+        return run
+
+    def run_serial(a, b, out):
+        was = getn()
+        if was == 1:
+            np.matmul(a, b, out=out)
+            return
+        setn(1)
+        try:
+            np.matmul(a, b, out=out)
+        finally:
+            setn(was)
+    return run_serial
+
+
+def _split(m, n, setn, getn):
+    """Halves of the product's rows (or columns, when there are more of them) on two threads."""
+    if m >= n:
+        h = m // 2
+
+        def halves(a, b, out):
+            return ((lambda: np.matmul(a[:h], b, out=out[:h])),
+                    (lambda: np.matmul(a[h:], b, out=out[h:])))
+    else:
+        h = n // 2
+
+        def halves(a, b, out):
+            return ((lambda: np.matmul(a, b[:, :h], out=out[:, :h])),
+                    (lambda: np.matmul(a, b[:, h:], out=out[:, h:])))
+
+    def run_split(a, b, out):
+        was = getn()
+        setn(1)
+        try:
+            cpu_parallel.run_pair(*halves(a, b, out))
+        finally:
+            setn(was)
+    return run_split
+
