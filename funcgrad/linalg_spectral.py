@@ -150,6 +150,12 @@ def _eigh_f(w):
     return P.sub(P.div(P.full_like(diff, 1.0), P.add(eye, diff)), eye)
 
 
+def _f_times(f, x):
+    """F o x, but exactly 0 where x is 0: a zero cotangent (eigenvalues or singular values used
+    alone) stays zero next to the infinite F of repeated values, as JAX's symbolic zeros do."""
+    return P.select(P.eq(x, P.zeros_like(x)), P.zeros_like(x), P.mul(f, x))
+
+
 def _eigh_jvp(ts, xs, *, out, lower):
     # M = V^T A' V: w' = diag(M), V' = V (F o M)
     (t,) = ts
@@ -167,7 +173,7 @@ def _eigh_vjp(ct, a, *, out, lower):
     n = a.shape[-1]
     v, w = _eigh_parts(out)
     vb, wb = block(ct, 0, n, 0, n), row(ct, n)
-    inner = P.add(P.mul(_eigh_f(w), mm(mT(v), vb)), diag_embed(wb))
+    inner = P.add(_f_times(_eigh_f(w), mm(mT(v), vb)), diag_embed(wb))
     g = mm(v, mm(inner, mT(v)))
     sym_low = P.add(tril(P.add(g, mT(g)), -1), diag_embed(diag_part(g)))
     return (sym_low if lower else mT(sym_low),)
@@ -242,17 +248,19 @@ def _svd_vjp(ct, a, *, out):
     ub, sb, vb = svd_parts(ct, m, n)
     k = s.shape[-1]
     f = _svd_f(s)
-    j = P.mul(f, mm(mT(u), ub))
-    kk = P.mul(f, mm(mT(v), vb))
+    j = _f_times(f, mm(mT(u), ub))
+    kk = _f_times(f, mm(mT(v), vb))
     s_row, s_col = row_vec(s, k), col_vec(s, k)
     dsb = P.add(diag_embed(sb), P.add(P.mul(P.add(j, mT(j)), s_row),
                                       P.mul(s_col, P.add(kk, mT(kk)))))
     abar = mm(u, mm(dsb, mT(v)))
     if m > n:
-        r = P.div(P.sub(ub, mm(u, mm(mT(u), ub))), row_vec(s, m))
+        r = _f_times(P.div(P.full_like(ub, 1.0), row_vec(s, m)),
+                     P.sub(ub, mm(u, mm(mT(u), ub))))
         abar = P.add(abar, mm(r, mT(v)))
     if n > m:
-        r = P.div(P.sub(vb, mm(v, mm(mT(v), vb))), row_vec(s, n))
+        r = _f_times(P.div(P.full_like(vb, 1.0), row_vec(s, n)),
+                     P.sub(vb, mm(v, mm(mT(v), vb))))
         abar = P.add(abar, mm(u, mT(r)))
     return (abar,)
 
