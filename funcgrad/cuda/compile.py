@@ -146,13 +146,20 @@ def prewarm(plan, bufs) -> dict:
     procs = [subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
              for _ in buckets]
-    for p, b in zip(procs, buckets):
-        p.stdin.write(pickle.dumps(b))
-        p.stdin.close()
+    import threading
+    results = [None] * len(procs)
+
+    def talk(j, p, b):   # one thread per worker: no pipe fills while we wait on another
+        results[j] = p.communicate(pickle.dumps(b))
+
+    threads = [threading.Thread(target=talk, args=(j, p, b))
+               for j, (p, b) in enumerate(zip(procs, buckets))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
     times, errors = [], []
-    for p in procs:
-        out, err = p.stdout.read(), p.stderr.read()
-        p.wait()
+    for p, (out, err) in zip(procs, results):
         if p.returncode:
             errors.append(err.decode(errors="replace")[-400:])
         else:

@@ -3,8 +3,8 @@
 A `GraphSet` keeps a few instantiated graphs of one Plan, keyed by the output set they write and
 by the address of every argument read in place. An argument is read in place ("direct") when it
 is a result of this plan held in the other output set, or when it sits at the same address as
-in the previous call (an unchanged batch, a constant); any other argument is copied into a
-staging buffer of the plan first (one device copy). A training loop that feeds a step's
+in the previous call (an unchanged batch, a constant) or on the plan's first graph call; any
+other argument is copied into a staging buffer of the plan first (one device copy). A training loop that feeds a step's
 results back therefore alternates between two graphs and copies nothing.
 
 Device checks (index bounds) inside a graph add their flags into a small mapped (host-visible)
@@ -85,9 +85,9 @@ class GraphSet:
             if type(blk) is memplan.PlanBlock and blk.owner is plan:
                 addr = (id(blk.raw), b.offset)
                 key.append(addr if blk.set_id != s else None)
-            else:
+            else:   # read in place when first seen or unchanged; copied in once it varies
                 addr = (blk.ptr(), b.offset)
-                key.append(addr if addr == last[i] else None)
+                key.append(addr if last[i] is None or addr == last[i] else None)
             last[i] = addr
         key = (s, tuple(key))
         entry = self.entries.get(key)
