@@ -57,9 +57,9 @@ class _FlatOutputs:
         return vals[:n], aux
 
 
-def _patterns():
-    from . import patterns
-    return patterns
+# rewrites applied to a traced forward before it is differentiated (patterns.py registers the
+# hand-written norm/softmax -> fused primitive rewrite, so the backward is the fused one)
+FORWARD_REWRITES: list = []
 
 
 def _avals(leaves):
@@ -184,7 +184,8 @@ def vjp(fun: Callable, *primals, has_aux: bool = False):
     in_leaves = [_as_value(x) for x in in_leaves]
     flat = _FlatOutputs(fun, in_tree, has_aux)
     expr, consts, _ = trace_to_expr(flat, _avals(in_leaves))
-    expr, consts = _patterns().rewrite(expr, consts)   # hand-written norms -> fused prims
+    for rewrite in FORWARD_REWRITES:
+        expr, consts = rewrite(expr, consts)
     env, active, read = _forward(expr, consts, in_leaves)
     outs, aux = flat.split([read(o) for o in expr.outs])
     out_tree = flat.out_tree

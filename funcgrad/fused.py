@@ -63,10 +63,13 @@ def _check_vector(name, x, v, what):
                          "element of the normalized last axis)", (x, v))
 
 
+_BWD: list = []
+
+
 def _B():
-    """funcgrad.fused_bwd: the backward primitives (imported late: it builds on this module)."""
-    from . import fused_bwd
-    return fused_bwd
+    """funcgrad.fused_bwd: the backward primitives (it builds on this module and registers
+    itself in _BWD when imported; funcgrad/__init__.py imports it)."""
+    return _BWD[0]
 
 
 def _batched(args, dims):
@@ -323,4 +326,3 @@ rms_norm_p = defprim("rms_norm", _rms_shape, _rms_impl, _rms_vjp, _rms_jvp,
 
 FUSED_PRIMITIVES = (softmax_p, log_softmax_p, softmax_xent_p, layer_norm_p, rms_norm_p)
 
-from . import fused_bwd  # noqa: E402,F401  (registers the backward primitives)

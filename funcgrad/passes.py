@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import attention_pattern
 from . import prims as P
 from .core import (
     Array,
@@ -170,9 +169,16 @@ def _dtype(x):
     return x.dtype if isinstance(x, ArrayBase) else np.asarray(x).dtype
 
 
+# pattern rewrites register themselves here (patterns.py, attention_pattern.py): each is
+# rewrite(expr, consts) -> (expr, consts); PRE runs before simplification, POST after it
+PRE_REWRITES: list = []
+POST_REWRITES: list = []
+
+
 def optimize(expr: Expr, consts: list) -> tuple[Expr, list]:
     """Inline call primitives, simplify, fold constants, CSE, then drop dead equations."""
-    expr, consts = __import__("funcgrad.patterns").patterns.rewrite(expr, consts)  # fused norms
+    for rewrite in PRE_REWRITES:     # e.g. hand-written norms -> fused primitives (patterns.py)
+        expr, consts = rewrite(expr, consts)
     with new_builder() as b:
         rw = _Rewriter(b)
         ins = [b.new_arg(v.aval) for v in expr.in_binders[expr.n_consts:]]
@@ -189,7 +195,8 @@ def optimize(expr: Expr, consts: list) -> tuple[Expr, list]:
             with source_info(e.src), eqn_tag(e.tag):
                 env[e.out] = rw.apply(e.prim, [read(x) for x in e.inputs], e.params)
         new_expr, new_consts = b.build(ins, [read(o) for o in expr.outs])
-    new_expr, new_consts = attention_pattern.rewrite(new_expr, new_consts)  # -> flash attention
+    for rewrite in POST_REWRITES:    # e.g. composed attention -> flash attention
+        new_expr, new_consts = rewrite(new_expr, new_consts)
     return dce(new_expr, new_consts)
 
 
