@@ -339,3 +339,43 @@ def test_vmap_and_jit_agree_with_batched_calls():
     close(f(a[0]), want, scale=100)
     g = funcgrad.vmap(funcgrad.grad(lambda m: LA.slogdet(m)[1]))(a)
     close(g, np.swapaxes(np.linalg.inv(a), -1, -2), scale=100)   # d log|det a| = a^-T
+
+
+# ---------------------------------------------------------------------------------------------
+# against JAX itself, where it is installed (values and float64 gradients)
+# ---------------------------------------------------------------------------------------------
+
+JAX_CASES = {
+    "solve": (lambda L, a: L.solve(a, a[..., :2]), "general"),
+    "inv": (lambda L, a: L.inv(a), "general"),
+    "det": (lambda L, a: L.det(a), "general"),
+    "slogdet": (lambda L, a: L.slogdet(a)[1], "general"),
+    "cholesky": (lambda L, a: L.cholesky(a), "spd"),
+    "eigh": (lambda L, a: L.eigh(a)[0] * 2.0 + L.eigh(a)[1][..., 0] ** 2, "spd"),
+    "svdvals": (lambda L, a: L.svd(a, compute_uv=False), "general"),
+    "svd_uv_squared": (lambda L, a: L.svd(a, full_matrices=False)[0] ** 2, "general"),
+    "qr": (lambda L, a: L.qr(a)[1], "general"),
+    "pinv": (lambda L, a: L.pinv(a), "general"),
+    "norms": (lambda L, a: L.norm(a, 2, (-2, -1)) + L.norm(a, "nuc", (-2, -1))
+              + L.norm(a, -np.inf, (-2, -1)) + L.cond(a), "general"),
+    "matrix_power": (lambda L, a: L.matrix_power(a, -2), "general"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(JAX_CASES))
+def test_matches_jax(name):
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    f, kind = JAX_CASES[name]
+    r = _rng(200 + sorted(JAX_CASES).index(name))
+    a = spd(r, (2, 3, 3)) if kind == "spd" else well_conditioned(r, (2, 3, 3))
+    w = r.standard_normal(np.shape(f(np.linalg, a)))
+    old = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        want = np.asarray(f(jnp.linalg, jnp.asarray(a)))
+        g_want = np.asarray(jax.grad(lambda x: jnp.sum(f(jnp.linalg, x) * w))(jnp.asarray(a)))
+    finally:
+        jax.config.update("jax_enable_x64", old)
+    close(f(LA, a), want, scale=100)
+    close(funcgrad.grad(lambda x: fnp.sum(f(LA, x) * w))(a), g_want, scale=1000)
