@@ -44,7 +44,7 @@ TRISOLVE = """
 def kernel(a, ao, bm, bo, x, B, m, nc, lower, trans, unit):
     t = cuda.grid(1)
     step = cuda.gridsize(1)
-    low = lower != trans
+    low = (lower != 0) != (trans != 0)
     while t < B * nc:
         mat = t // nc
         col = t - mat * nc
@@ -56,9 +56,9 @@ def kernel(a, ao, bm, bo, x, B, m, nc, lower, trans, unit):
             lo = 0 if low else i + 1
             hi = i if low else m
             for k in range(lo, hi):
-                tik = a[abase + k * m + i] if trans else a[abase + i * m + k]
+                tik = a[abase + k * m + i] if trans != 0 else a[abase + i * m + k]
                 s -= tik * x[bbase + k * nc + col]
-            if unit:
+            if unit != 0:
                 x[bbase + i * nc + col] = s
             else:
                 x[bbase + i * nc + col] = s / a[abase + i * m + i]
@@ -172,7 +172,7 @@ def kernel(a, ao, out, work, B, n, lower):
         ob = b * (n + 1) * n
         for i in range(n):
             for j in range(n):
-                src = i * n + j if (lower and i >= j) or (not lower and i <= j) else j * n + i
+                src = i * n + j if (lower != 0 and i >= j) or (lower == 0 and i <= j) else j * n + i
                 work[wb + i * n + j] = a[ab + src]
                 out[ob + i * n + j] = 1 if i == j else 0
         for sweep in range(60):
