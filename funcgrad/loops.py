@@ -70,9 +70,6 @@ class LoopRec:
             if self.kind == "scan" else ""
         return f"{self.kind}[{self.name}{extra} {n} eqns]"
 
-    fwd: Callable | None = None   # reverse mode (ad.py's vjp groups): set by loops_rules
-    bwd: Callable | None = None
-
 
 class ExecRec:
     """The execution form of a LoopRec: its bodies optimized by jit's passes, each an
@@ -324,7 +321,6 @@ def _make_member(name: str) -> Primitive:
     p = Primitive(name, _member_shape(name), _member_impl, kind="loop")
     p.call_impl = _member_call
     p.inline = _member_inline
-    p.vjp_group = True     # reverse mode: ad.py runs rec.fwd / rec.bwd for the whole group
     return p
 
 

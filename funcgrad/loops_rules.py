@@ -2,9 +2,10 @@
 
 Every rule builds a new loop of a transformed body: the jvp of a scan is a scan of the body's
 jvp; its reverse mode is a forward scan that also stacks the carry entering each step, then a
-reverse scan of the body's vjp at those carries (the body is recomputed once per step there);
-batching scans the batched body. Rules are called per result equation of a group, so each
-memoizes the transformed group on the record by argument identity and binds it once.
+reverse scan of the body's vjp at those carries (the body is recomputed once per step there),
+one per result that receives a cotangent; batching scans the batched body. Rules are called per
+result equation of a group, so each memoizes what the group shares (the transformed group, the
+residuals) on the record by argument identity and binds it once.
 """
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from .ad import jvp_expr_eval, vjp
 from .batching import batch_eval
 from .core import FuncgradError, ShapedArray, eval_expr, is_float, user_frame_src
 from .loops import (
-    LoopRec,
     bind_group,
     cond_p,
     make_cond,
@@ -169,40 +169,42 @@ def _cond_jvp(ts, xs, *, out, rec, index):
 
 
 # ---------------------------------------------------------------------------------------------
-# reverse mode (ad.py's vjp groups: fwd once for the group, then bwd with every cotangent)
+# reverse mode: a rule per result equation, its cotangent alone (the others are zero); the
+# forward scan of residuals is shared by the group's results (memoized by argument identity).
+# (A group-wide rule, ad.py's custom_vjp groups, keys groups by record, which is not unique when
+# a traced expression is replayed twice in one trace, e.g. a jitted function called twice.)
 # ---------------------------------------------------------------------------------------------
 
-def _scan_fwd(rec, *xs):
-    """The scan, also stacking the carry that enters each step (the residuals)."""
+def _scan_residuals(rec, xs):
+    """The stacked carries entering each step, from a scan that also computes the outputs."""
     nc, nk = rec.n_consts, rec.n_carry
     body = rec.exprs[0]
 
     def fn(*a):
-        outs = eval_expr(body, list(a))
-        return outs + list(a[nc:nc + nk])
+        return eval_expr(body, list(a)) + list(a[nc:nc + nk])
 
     c_avals = rec.in_avals[nc:nc + nk]
     x_avals = [ShapedArray(a.shape[1:], a.dtype) for a in rec.in_avals[nc + nk:]]
     new, ops = make_scan(fn, list(xs[:nc]), c_avals, x_avals, rec.length, rec.reverse,
                          rec.unroll, name=f"fwd({rec.name})")
     res = bind_group(scan_p, new, ops + list(xs[nc:]))
-    k = len(rec.out_avals)
-    return res[:k], (list(xs), res[k:])
+    return res[len(rec.out_avals):]
 
 
-def _scan_bwd(rec, residuals, cts):
+def _scan_vjp(ct, *xs, out, rec, index):
     """A reverse scan of the body's vjp at the saved carries; constants' cotangents sum up."""
-    xs, saved = residuals
     nc, nk = rec.n_consts, rec.n_carry
     fl = _floats(rec.in_avals)
     fc, fk, fx = fl[:nc], fl[nc:nc + nk], fl[nc + nk:]
     fo = _floats(rec.out_avals)
-    fy = fo[nk:]
-    if not any(fo) or not any(fl):
+    if not fo[index] or not any(fl):
         return [None] * len(xs)
+    saved = _memo(rec, "residuals", list(xs), None, lambda: _scan_residuals(rec, xs))
     body = rec.exprs[0]
     nx = len(xs) - nc - nk
-    n_fc, n_fk, n_fy = sum(fc), sum(fk), sum(fy)
+    n_fc, n_fk = sum(fc), sum(fk)
+    y_ct = index >= nk   # the cotangent is a stacked y's (else the final carry's)
+    k_pos = sum(fk[:index]) if not y_ct else None
 
     def fn(*a):
         it = iter(a)
@@ -211,26 +213,25 @@ def _scan_bwd(rec, residuals, cts):
         ctk = [next(it) for _ in range(n_fk)]
         x = [next(it) for _ in range(nx)]
         carry = [next(it) for _ in range(nk)]
-        cty = [next(it) for _ in range(n_fy)]
+        cty = next(it) if y_ct else None
         full = consts + carry + x
         mask = fc + fk + fx
-        diff = _pick(full, mask)
 
         def f(*d):
-            ins = _merge(full, mask, d)
-            outs = eval_expr(body, ins)
-            return _pick(outs, fo)
-
-        _, f_vjp = vjp(f, *diff)
-        got = list(f_vjp(list(ctk) + list(cty)))
+            return _pick(eval_expr(body, _merge(full, mask, d)), fo)
+        _, f_vjp = vjp(f, *_pick(full, mask))
+        cts_out = list(ctk) + [cty if y_ct and j + nk == index else _zeros_aval(a)
+                               for j, a in enumerate(rec.out_avals[nk:]) if fo[nk + j]]
+        got = list(f_vjp(cts_out))
         d_c, d_k, d_x = got[:n_fc], got[n_fc:n_fc + n_fk], got[n_fc + n_fk:]
         return [a + d for a, d in zip(acc, d_c)] + d_k + d_x
 
     consts = list(xs[:nc])
     acc0 = [_zeros(c) for c in _pick(consts, fc)]
-    ctk0 = _pick(cts[:nk], fk)
+    ctk0 = [ct if not y_ct and j == k_pos else _zeros(c)
+            for j, c in enumerate(_pick(list(xs[nc:nc + nk]), fk))]
+    x_ops = list(xs[nc + nk:]) + list(saved) + ([ct] if y_ct else [])
     c_avals = [ShapedArray(c.shape, c.dtype) for c in acc0 + ctk0]
-    x_ops = list(xs[nc + nk:]) + list(saved) + _pick(cts[nk:], fy)
     x_avals = [ShapedArray(x.shape[1:], x.dtype) for x in x_ops]
     new, ops = make_scan(fn, consts, c_avals, x_avals, rec.length, not rec.reverse, rec.unroll,
                          name=f"bwd({rec.name})")
@@ -239,12 +240,16 @@ def _scan_bwd(rec, residuals, cts):
     return _spread(d_c, fc) + _spread(d_k, fk) + _spread(d_x, fx)
 
 
+def _zeros_aval(a):
+    return fnp.zeros(a.shape[1:], a.dtype)
+
+
 def _merge(full, mask, diff):
     it = iter(diff)
     return [next(it) if m else v for v, m in zip(full, mask)]
 
 
-def _while_fwd(rec, *xs):
+def _while_vjp(ct, *xs, out, rec, index):
     raise FuncgradError(
         "Reverse-mode differentiation does not work for lax.while_loop or lax.fori_loop with "
         "dynamic start/stop values (the number of iterations is not known when the backward "
@@ -252,39 +257,33 @@ def _while_fwd(rec, *xs):
         f"forward mode (jvp, jacfwd).\n  at {user_frame_src()}")
 
 
-def _cond_fwd(rec, *xs):
-    return bind_group(cond_p, rec, list(xs)), list(xs)
-
-
-def _cond_bwd(rec, xs, cts):
+def _cond_vjp(ct, *xs, out, rec, index):
     """The selected branch's vjp, as a cond over the branches' vjps."""
     ops = list(xs[1:])
     fops = _floats(rec.in_avals[1:])
     fo = _floats(rec.out_avals)
-    if not any(fops) or not any(fo):
+    if not any(fops) or not fo[index]:
         return [None] * len(xs)
-    cts_f = _pick(cts, fo)
 
     def branch(expr):
         def fn(*a):
-            o, c = list(a[:len(ops)]), list(a[len(ops):])
+            o, c = list(a[:-1]), a[-1]
 
             def f(*d):
-                return _pick(eval_expr(expr, _merge(o, fops, d)), fo)
+                return eval_expr(expr, _merge(o, fops, d))[index]
             _, f_vjp = vjp(f, *_pick(o, fops))
             return list(f_vjp(c))
         return fn
-    avals = [ShapedArray(x.shape, x.dtype) for x in ops + cts_f]
+    avals = [ShapedArray(x.shape, x.dtype) for x in ops + [ct]]
     new, extra = make_cond([trace_closed(branch(e), avals) for e in rec.exprs], avals,
                            name=f"bwd({rec.name})")
-    res = bind_group(cond_p, new, [xs[0]] + ops + cts_f + extra)
+    res = bind_group(cond_p, new, [xs[0]] + ops + [ct] + extra)
     return [None] + _spread(res, fops)
 
 
-_FWD = {"scan": _scan_fwd, "while": _while_fwd, "cond": _cond_fwd}
-_BWD = {"scan": _scan_bwd, "cond": _cond_bwd}
-LoopRec.fwd = lambda self, *xs: _FWD[self.kind](self, *xs)
-LoopRec.bwd = lambda self, res, cts: _BWD[self.kind](self, res, cts)
+scan_p.vjp, while_p.vjp, cond_p.vjp = _scan_vjp, _while_vjp, _cond_vjp
+for _p in (scan_p, while_p, cond_p):
+    _p.vjp_group = False
 
 
 # ---------------------------------------------------------------------------------------------

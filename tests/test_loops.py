@@ -155,6 +155,14 @@ def test_fori_cond_switch_while_grads_float64():
     np.testing.assert_allclose(np.asarray(t), [8.0, 8.0])
 
 
+def test_grad_of_a_jitted_loop_called_twice():
+    # the jitted expression (one loop record) is replayed twice inside one differentiated trace
+    f = jit(lambda x: lax.scan(lambda c, t: (c * x + t, c), x, fnp.arange(3.0))[0])
+    check_grads(lambda x: f(x) + f(2.0 * x), (np.float64(0.5),), order=1)
+    c = jit(lambda x: lax.cond(x > 0, lambda v: v * v, lambda v: -v, x))
+    check_grads(lambda x: c(x) + c(-3.0 * x), (np.float64(0.5),), order=1)
+
+
 def test_nested_scan_grad_and_closure_over_outer_values():
     def f(a, xs):
         def outer(c, row):
