@@ -177,3 +177,21 @@ print(plan.program.kernels, len(ks), hits > 0, miss)
     assert runs[1][:4] == ["3", "1", "True", "0"]              # loaded from disk
     files = list((tmp_path / "cpu_kernels").glob("fgc_*.py"))
     assert len(files) == 1 and oct(os.stat(tmp_path / "cpu_kernels").st_mode)[-3:] == "700"
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.uint8])
+def test_sums_over_leading_axes_run_in_numpys_order(monkeypatch, rng, dtype):
+    # bias gradients: an njit kernel adds the rows in order, as numpy does, bit for bit
+    monkeypatch.setenv("FUNCGRAD_CPU_FUSE_AFTER", "0")
+    x = (rng.standard_normal((37, 3, 19)) * 100).astype(dtype)
+
+    def f(x):
+        return (fnp.sum(x, 0), fnp.sum(x, (0, 1)), fnp.sum(x * 2, 0),
+                fnp.sum(x[:, :1, :1], 0))
+
+    plan = jit(f).lower(x).compile()
+    assert sum(s.kind == "into" and s.eqn.prim.name == "reduce_sum"
+               for s in plan.program.steps) == 3
+    for g, w in zip(jit(f)(x), f(funcgrad.device_put(x))):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+        assert np.asarray(g).dtype == np.asarray(w).dtype

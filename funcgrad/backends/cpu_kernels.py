@@ -198,6 +198,25 @@ def module_from_source(src: str):
     return mod
 
 
+COLSUM = """
+@njit(cache=True, nogil=True, error_model="numpy")
+def kernel(a, out):
+    m, n = a.shape
+    for j in range(n):
+        out[j] = a[0, j]
+    for i in range(1, m):
+        for j in range(n):
+            out[j] = out[j] + a[i, j]
+"""
+
+
+def colsum_kernel():
+    """njit out[j] = sum_i a[i, j], adding the rows in order (numpy's order for such sums)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return module_from_source(COLSUM).kernel
+
+
 def kernel_for(cluster: Cluster):
     """(njit dispatcher, FusedSource) of a cluster; identical sources share one dispatcher.
 

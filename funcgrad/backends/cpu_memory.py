@@ -42,7 +42,7 @@ class MemoryPlan:
 
 
 def plan(steps, outs, keep) -> MemoryPlan:
-    """Give every value written by a "dot" or "kernel" step (not in `keep`) an arena offset.
+    """Give every value written by an "into" or "kernel" step (not in `keep`) an arena offset.
 
     Example:
         >>> mem = plan(steps, expr.outs, keep)   # mem.peak bytes, mem.offsets[v] per value
@@ -60,7 +60,7 @@ def plan(steps, outs, keep) -> MemoryPlan:
     roots = {}       # var -> arena vars whose memory it may use
     arena_vars = []  # (var, defining step)
     for i, s in enumerate(steps):
-        if s.kind in ("dot", "kernel"):
+        if s.kind in ("into", "kernel"):
             for v in s.outs:
                 if v in keep:
                     roots[v] = frozenset()

@@ -45,7 +45,8 @@ def exact_only() -> bool:
 
 
 class _Step:
-    """One line of the generated function: `kind` is "np", "dot" or "kernel"."""
+    """One line of the generated function: `kind` is "np" (out = fn(*ins)), "into"
+    (fn(*ins, out): a product or a column sum into its buffer), "kernel" or "alias"."""
     __slots__ = ("kind", "eqn", "outs", "ins", "fn", "extra")
 
     def __init__(self, kind, eqn, outs, ins, fn, extra=None):
@@ -57,13 +58,14 @@ class Program:
     """A generated function plan(args, bufs) for one expression, fused or not."""
 
     def __init__(self, expr, consts, fuse: bool):
-        self.steps = steps = _steps(expr, fuse)
+        known = {v: np.asarray(c) for v, c in zip(expr.in_binders[:expr.n_consts], consts)}
+        self.steps = steps = _fold_constants(_steps(expr, fuse), known)
         keep = {o for o in expr.outs if not isinstance(o, Lit)}
         self.memory = cpu_memory.plan(steps, expr.outs, keep)
         self.kernels = sum(s.kind == "kernel" for s in steps)
-        self._emit(expr, consts, steps, keep)
+        self._emit(expr, known, steps, keep)
 
-    def _emit(self, expr, consts, steps, keep):
+    def _emit(self, expr, known, steps, keep):
         name, env, n = {}, {"np": np}, [0]
         mem = self.memory
 
@@ -71,9 +73,9 @@ class Program:
             n[0] += 1
             return f"v{n[0]}"
 
-        for v, c in zip(expr.in_binders[:expr.n_consts], consts):
+        for v, c in known.items():   # constants, and values computed from constants alone
             name[v] = fresh()
-            env[name[v]] = np.asarray(c)
+            env[name[v]] = c
         args = []
         for v in expr.in_binders[expr.n_consts:]:
             name[v] = fresh()
@@ -112,7 +114,7 @@ class Program:
                     here.append(f"{o} = np.empty(*s{o})")
             if s.kind == "np":
                 here.append(f"{outs[0]} = {f}({', '.join(ins)})")
-            elif s.kind == "dot":
+            elif s.kind == "into":
                 here.append(f"{f}({', '.join(ins)}, {outs[0]})")
             else:   # kernel: rank-0 operands go by value
                 kin = [f"{a}[()]" if x.aval.ndim == 0 else a for a, x in zip(ins, s.ins)]
@@ -140,11 +142,16 @@ class Program:
             if dead:
                 lines.append(f"{', '.join(dead)} = {', '.join(['None'] * len(dead))}")
         outs = []
+        exact = {v for s in steps if s.kind in ("into", "kernel") for v in s.outs}
         for o in expr.outs:
             r = ref(o)
             if not isinstance(o, Lit) and o in mem.may_alias_arena:
                 env["detach"] = _detach
                 r = f"detach({r}, bufs)"
+            if not isinstance(o, Lit) and o not in exact:   # numpy may return another dtype
+                fix = f"as{len(outs)}"
+                env[fix] = _as_dtype(o.aval.dtype)
+                r = f"{fix}({r})"
             outs.append(r)
         src = (f"def plan(args, bufs):\n    {''.join(a + ', ' for a in args)}= args\n"
                + "".join(f"    {ln}\n" for ln in lines)
@@ -154,6 +161,30 @@ class Program:
         self.source = src
         exec(compile(src, _FILENAME, "exec"), env)
         self.fn = env["plan"]
+
+
+def _as_dtype(dtype):
+    def fix(x):
+        x = np.asarray(x)
+        return x if x.dtype == dtype else x.astype(dtype)
+    return fix
+
+
+def _fold_constants(steps, known):
+    """Runs numpy steps whose operands are all constants once, now (their results join
+    `known`); a step that raises stays in the plan, to raise at the user's line."""
+    out = []
+    for s in steps:
+        if s.kind == "np" and all(isinstance(x, Lit) or x in known for x in s.ins):
+            vals = [x.val if isinstance(x, Lit) else known[x] for x in s.ins]
+            try:
+                with np.errstate(all="ignore"):
+                    known[s.outs[0]] = s.fn(*vals)
+                continue
+            except Exception:   # noqa: BLE001 (kept: it raises again, at its line, when run)
+                pass
+        out.append(s)
+    return out
 
 
 def _detach(x, bufs):
@@ -230,13 +261,7 @@ class CpuPlan:
         finally:
             if got:
                 self._lock.release()
-        res = []
-        for out, aval in zip(outs, self.out_avals):
-            out = np.asarray(out)
-            if out.dtype != aval.dtype:
-                out = out.astype(aval.dtype)
-            res.append(Array(out, aval, "cpu"))
-        return res
+        return [Array(out, aval, "cpu") for out, aval in zip(outs, self.out_avals)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -296,7 +321,7 @@ def _steps(expr, fuse):
             x, y = d.inputs[1], d.inputs[0]
             into = _dot_into(x.aval, y.aval, dn, e.out.aval)
             if into is not None:
-                steps.append(_Step("dot", e, [e.out], [x, y], into))
+                steps.append(_Step("into", e, [e.out], [x, y], into))
             else:
                 fn = functools.partial(d.prim.impl, dimension_numbers=dn)
                 steps.append(_Step("np", e, [e.out], [x, y], fn))
@@ -304,11 +329,16 @@ def _steps(expr, fuse):
         if e.out in lazy and e.inputs[0].aval.ndim == 0:
             steps.append(_Step("alias", e, [e.out], [e.inputs[0]], None))
             continue
+        if fuse and e.prim is P.reduce_sum_p:
+            into = _colsum_into(e.inputs[0].aval, e.params["axes"])
+            if into is not None:
+                steps.append(_Step("into", e, [e.out], list(e.inputs), into))
+                continue
         if e.prim is P.dot_general_p:
             into = _dot_into(e.inputs[0].aval, e.inputs[1].aval,
                              e.params["dimension_numbers"], e.out.aval)
             if into is not None:
-                steps.append(_Step("dot", e, [e.out], list(e.inputs), into))
+                steps.append(_Step("into", e, [e.out], list(e.inputs), into))
                 continue
         fn, params = e.prim.impl, e.params
         if e.out in lazy:  # a reshape; numpy broadcasts inside the consumers
@@ -328,6 +358,24 @@ def _halves(kernel, n):
     def run(*args):
         cpu_parallel.run_pair(lambda: kernel(*args, 0, h), lambda: kernel(*args, h, n))
     return run
+
+
+def _colsum_into(aval, axes):
+    """f(x, out): a sum over leading axes as an njit kernel adding rows in order, which is
+    numpy's own order for it (bit for bit), or None for other sums (numpy runs them)."""
+    nd, k = aval.ndim, len(axes)
+    if (tuple(axes) != tuple(range(k)) or k == nd or aval.dtype.kind not in "fiu"
+            or not cpu_ops.supported(aval.dtype)):
+        return None
+    m, n = math.prod(aval.shape[:k]), math.prod(aval.shape[k:])
+    if m < 1 or n < 2:   # a single column is a contiguous (pairwise) sum in numpy
+        return None
+    kernel = cpu_kernels.colsum_kernel()
+    one = nd - k == 1
+
+    def into(x, out):
+        kernel(x.reshape(m, n), out if one else out.reshape(n))
+    return into
 
 
 def _dot_into(xa, ya, dimension_numbers, out_aval):
