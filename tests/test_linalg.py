@@ -379,3 +379,55 @@ def test_matches_jax(name):
         jax.config.update("jax_enable_x64", old)
     close(f(LA, a), want, scale=100)
     close(funcgrad.grad(lambda x: fnp.sum(f(LA, x) * w))(a), g_want, scale=1000)
+
+
+# ---------------------------------------------------------------------------------------------
+# the CUDA kernel sources, compiled by numba for the CPU (the simulator does not type-check them)
+# ---------------------------------------------------------------------------------------------
+
+def _cpu_kernel(body, dt):
+    import math
+
+    import numba
+
+    from funcgrad.cuda import linalg_kernels as K
+    fi = np.finfo(dt)
+    fmt = dict(opts="", ct=np.dtype(dt).name, eps=repr(float(fi.eps)),
+               tiny=repr(float(fi.tiny) * 16))
+    src = (K.FIX_SIGNS.format(**fmt) + body.format(**fmt)).replace(
+        "@cuda.jit(device=True)", "@numba.njit").replace("@cuda.jit()", "@numba.njit").replace(
+        "cuda.grid(1)", "0").replace("cuda.gridsize(1)", "1")
+    ns = {"numba": numba, "math": math, "float32": np.float32, "float64": np.float64}
+    exec(src, ns)   # noqa: S102 - the package's own kernel source
+    return ns["kernel"]
+
+
+def test_kernel_sources_compile_with_numba_and_match_impls():
+    from funcgrad import linalg_prims as LP
+    from funcgrad import linalg_spectral as LS
+    from funcgrad.cuda import linalg_kernels as K
+    dt, rng = np.float32, np.random.default_rng(7)
+    a = rng.standard_normal((2, 4, 4)).astype(dt)
+    s = (a @ a.transpose(0, 2, 1) + 4 * np.eye(4)).astype(dt)
+    r = rng.standard_normal((2, 3, 5)).astype(dt)
+
+    def run(body, out, *args):
+        _cpu_kernel(body, dt)(*args[:1], 0, out.reshape(-1), *args[1:])
+        return out
+    tol = dict(rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(run(K.CHOLESKY, np.zeros_like(s), s.ravel(), 2, 4),
+                               LP.cholesky_p.impl(s), **tol)
+    b = rng.standard_normal((2, 4, 3)).astype(dt)
+    x = np.zeros_like(b)
+    _cpu_kernel(K.TRISOLVE, dt)(s.ravel(), 0, b.ravel(), 0, x.reshape(-1), 2, 4, 3, 1, 1, 0)
+    np.testing.assert_allclose(x, LP.triangular_solve_p.impl(
+        s, b, lower=True, transpose_a=True, unit_diagonal=False), **tol)
+    np.testing.assert_allclose(run(K.LU, np.zeros((2, 6, 4), dt), a.ravel(), 2, 4),
+                               LP.lu_p.impl(a), **tol)
+    np.testing.assert_allclose(run(K.QR, np.zeros((2, 3, 8), dt), r.ravel(), np.zeros(6, dt),
+                                   2, 3, 5, 3), LS.qr_p.impl(r, full_matrices=False), **tol)
+    np.testing.assert_allclose(run(K.EIGH, np.zeros((2, 5, 4), dt), a.ravel(),
+                                   np.zeros(32, dt), 2, 4, 0),
+                               LS.eigh_p.impl(a, lower=False), **tol)
+    np.testing.assert_allclose(run(K.SVD, np.zeros((2, 9, 3), dt), r.ravel(), np.zeros(30, dt),
+                                   np.zeros(18, dt), 2, 3, 5), LS.svd_p.impl(r), **tol)
