@@ -30,7 +30,6 @@ from .core import (
     Lit,
     Primitive,
     ShapedArray,
-    Tracer,
     Var,
     bind,
     current_builder,
@@ -365,7 +364,3 @@ loop_out_p = Primitive("loop_out", _out_shape, _out_impl, kind="loop")
 EXEC_PRIMS = (loop_run_p, loop_run_effect_p, loop_out_p)
 for _p in EXEC_PRIMS:
     _p.vjp = _p.jvp = _p.batch = _exec_only(_p.name)
-
-
-def is_traced(*xs) -> bool:
-    return any(isinstance(x, Tracer) for x in xs)

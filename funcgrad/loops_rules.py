@@ -294,10 +294,6 @@ def _bcast(x, size):
     return P.broadcast_in_dim(x, (size,) + tuple(x.shape), range(1, len(x.shape) + 1))
 
 
-def _unbatched_aval(a):
-    return ShapedArray(a.shape, a.dtype)
-
-
 def _slice_avals(avals, batched, size):
     return [ShapedArray(((size,) if b else ()) + tuple(a.shape), a.dtype)
             for a, b in zip(avals, batched)]

@@ -212,9 +212,11 @@ def test_vmap_scan_while_cond(rng):
 
 
 def test_cond_runs_one_branch_under_jit():
+    table = np.array([1.0, 2.0])
+
     def f(x):
         return lax.cond(x > 0, lambda v: v * 2.0,
-                        lambda v: fnp.asarray(np.array([1.0, 2.0]))[(v * 0).astype(np.int32) + 3], x)
+                        lambda v: fnp.asarray(table)[(v * 0).astype(np.int32) + 3], x)
     # the false branch would index out of bounds: only the true one runs
     assert float(jit(f)(np.float64(2.0))) == 4.0
     with pytest.raises(IndexError, match="(?s)out of bounds.*test_loops.py"):
