@@ -431,3 +431,10 @@ def test_kernel_sources_compile_with_numba_and_match_impls():
                                LS.eigh_p.impl(a, lower=False), **tol)
     np.testing.assert_allclose(run(K.SVD, np.zeros((2, 9, 3), dt), r.ravel(), np.zeros(30, dt),
                                    np.zeros(18, dt), 2, 3, 5), LS.svd_p.impl(r), **tol)
+
+
+def test_cholesky_symmetrize_input_false_reads_the_lower_triangle():
+    a = spd(_rng(300), (3, 3))
+    junk = a + np.triu(np.ones((3, 3)), 1)
+    close(LA.cholesky(junk, symmetrize_input=False), np.linalg.cholesky(junk))
+    close(LA.cholesky(junk), np.linalg.cholesky((junk + junk.T) / 2))

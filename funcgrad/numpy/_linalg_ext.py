@@ -57,16 +57,18 @@ def _mT(x):
 def cholesky(a, *, upper=False, symmetrize_input=True):
     """The Cholesky factor of a symmetric positive-definite matrix (batched).
 
-    Uses (a + a^T) / 2 (JAX's symmetrize_input=True; funcgrad's primitive always reads the
-    symmetric part). Matrices that are not positive definite give NaNs, as in JAX.
+    symmetrize_input=True (JAX's default) factors (a + a^T) / 2; False reads only the lower
+    triangle (as LAPACK does). Matrices that are not positive definite give NaNs, as in JAX.
 
     Example:
         >>> import funcgrad.numpy as fnp
         >>> fnp.linalg.cholesky(fnp.array([[4.0, 2.0], [2.0, 5.0]])).tolist()
         [[2.0, 0.0], [1.0, 2.0]]
     """
-    del symmetrize_input
-    low = bind(LP.cholesky_p, _matrix("cholesky", a, square=True))
+    a = _matrix("cholesky", a, square=True)
+    if not symmetrize_input:   # the lower triangle mirrored: the primitive's (a + a^T) / 2 = a
+        a = LP.tril(a) + _mT(LP.tril(a, -1))
+    low = bind(LP.cholesky_p, a)
     return _mT(low) if upper else low
 
 
