@@ -171,6 +171,8 @@ def test_cond_lstsq_rank_power_tensor_ops():
     low = np.outer(rng.standard_normal(4), rng.standard_normal(3))
     assert int(LA.matrix_rank(low)) == 1 == np.linalg.matrix_rank(low)
     close(LA.matrix_rank(a), np.linalg.matrix_rank(a))
+    herm = np.diag([3.0, 1e-20, -2.0])
+    assert int(LA.matrix_rank(herm, hermitian=True)) == 2 == np.linalg.matrix_rank(herm, True)
     for n in (-3, -1, 0, 1, 2, 7):
         close(LA.matrix_power(a, n), np.linalg.matrix_power(a, n), scale=1000)
     arrs = [rng.standard_normal(s) for s in [(3,), (3, 4), (4, 6), (6, 2), (2,)]]

@@ -302,7 +302,7 @@ def lstsq(a, b, rcond=None, *, numpy_resid=False):
     return (reshape(x, (n,)) if vec else x), resid, rank, s
 
 
-def pinv(a, rtol=None, hermitian=False):
+def pinv(a, rtol=None, hermitian=False, *, rcond=None):
     """Moore-Penrose pseudo-inverse via the SVD (singular values <= rtol * s_max dropped;
     default rtol 10 * max(m, n) * eps), batched.
 
@@ -313,6 +313,7 @@ def pinv(a, rtol=None, hermitian=False):
     """
     a = _matrix("pinv", a)
     m, n = a.shape[-2:]
+    rtol = rcond if rtol is None else rtol      # rcond: JAX's deprecated name of rtol
     if rtol is None:
         rtol = 10.0 * builtins.max(m, n) * float(np.finfo(a.dtype).eps)
     u, s, vh = svd(a, full_matrices=False, hermitian=hermitian)
@@ -324,14 +325,16 @@ def pinv(a, rtol=None, hermitian=False):
     return LP.mm(_mT(vh), _mT(u) / reshape(s, s.shape + (1,)))
 
 
-def matrix_rank(M, rtol=None):
+def matrix_rank(M, rtol=None, *, hermitian=False, tol=None):
     """The number of singular values above the tolerance (JAX's rule: rtol, when given, is
-    compared with the singular values; default s_max * max(m, n) * eps)."""
+    compared with the singular values; default s_max * max(m, n) * eps). hermitian: take the
+    singular values from eigh; tol: JAX's deprecated name of rtol."""
+    rtol = tol if rtol is None else rtol
     (M,) = _inexact(M)
     if M.ndim < 2:
         from ._ufuncs import any as _any
         return asarray(_any(not_equal(M, asarray(0.0, M.dtype))), np.int32)
-    s = svdvals(M)
+    s = svd(M, compute_uv=False, hermitian=hermitian)
     if rtol is None:
         from ._ufuncs import max as _max
         tol = _max(s, axis=-1) * float(builtins.max(M.shape[-2:]) * np.finfo(s.dtype).eps) \
@@ -342,7 +345,7 @@ def matrix_rank(M, rtol=None):
     return sum(s > tol, axis=-1)
 
 
-def matrix_power(a, n, /):
+def matrix_power(a, n):
     """a raised to the integer power n (n < 0: powers of the inverse), by repeated squaring."""
     a = asarray(a)
     if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
