@@ -146,6 +146,8 @@ def test_norm_defaults_and_errors():
     close(LA.norm(x), np.linalg.norm(x))
     close(LA.norm(x, keepdims=True), np.linalg.norm(x, keepdims=True))
     assert LA.norm(np.arange(4)).dtype == np.float32                  # ints become float32
+    for shape, ord in [((0,), np.inf), ((2, 0), 1), ((0, 3), np.inf), ((0, 2), "fro")]:
+        assert float(LA.norm(np.zeros(shape), ord)) == 0.0     # empty max-norms are 0 (JAX)
     with pytest.raises(ValueError, match="1-D or 2-D"):
         LA.norm(x, 2)
     with pytest.raises(ValueError, match="invalid order"):

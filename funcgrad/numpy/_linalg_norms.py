@@ -32,6 +32,11 @@ def _axes(axis, nd):
     return tuple(out)
 
 
+def _empty_zero(x, axes):
+    """0.0 when the reduced axes are empty (a max-norm of nothing is 0, as in JAX), else None."""
+    return 0.0 if any(x.shape[a] == 0 for a in axes) else None
+
+
 def _vector(x, ord, axes, keepdims):
     kw = dict(axis=axes, keepdims=keepdims)
     if ord is None or ord == 2:
@@ -39,7 +44,7 @@ def _vector(x, ord, axes, keepdims):
     if isinstance(ord, str):
         raise ValueError(f"norm: invalid order {ord!r} for vectors (use {_VECTOR})")
     if ord == np.inf:
-        return _max(_abs(x), **kw)
+        return _max(_abs(x), **kw, initial=_empty_zero(x, axes))
     if ord == -np.inf:
         return _min(_abs(x), **kw)
     if ord == 0:
@@ -63,7 +68,9 @@ def _matrix_norm(x, ord, axes, keepdims):
     # 1 / -1: the largest / smallest column sum; inf / -inf: the same over rows
     inner, outer = (r, c) if ord in (1, -1) else (c, r)
     red = _max if ord in (1, np.inf) else _min
-    y = red(sum(_abs(x), axis=inner, keepdims=True), axis=outer, keepdims=True)
+    col = sum(_abs(x), axis=inner, keepdims=True)
+    extra = {"initial": _empty_zero(col, (outer,))} if red is _max else {}
+    y = red(col, axis=outer, keepdims=True, **extra)
     return y if keepdims else squeeze(y, tuple(sorted(axes)))
 
 
