@@ -131,12 +131,17 @@ def test_concurrent_calls_do_not_share_buffers(monkeypatch, rng):
             if not np.array_equal(got, want[k]):
                 errors.append(k)
 
+    from funcgrad.backends import cpu_blas
+    one = cpu_blas.one_thread()
+    before = one.getn() if one is not None else None
     threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert not errors
+    if one is not None:   # small products ran on one BLAS thread; the pool size is restored
+        assert one.getn() == before and one.depth == 0
 
 
 def test_errors_still_name_the_users_line(monkeypatch):
@@ -195,3 +200,37 @@ def test_sums_over_leading_axes_run_in_numpys_order(monkeypatch, rng, dtype):
     for g, w in zip(jit(f)(x), f(funcgrad.device_put(x))):
         np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
         assert np.asarray(g).dtype == np.asarray(w).dtype
+
+
+def test_split_products_and_kernels_equal_unsplit(monkeypatch, rng):
+    # forcing every product and kernel into two halves (normally only ~ms of work) changes
+    # nothing but where it runs
+    step, p, s = _mlp_step([6, 40, 36, 3], 34, rng)
+    monkeypatch.setenv("FUNCGRAD_CPU_FUSE_AFTER", "0")
+    monkeypatch.setenv("FUNCGRAD_CPU_SPLIT", "0")
+    want = _run(jit(step), p, s, 3)
+    monkeypatch.setenv("FUNCGRAD_CPU_SPLIT", "1")
+    monkeypatch.setenv("FUNCGRAD_CPU_SPLIT_FLOPS", "1")
+    monkeypatch.setenv("FUNCGRAD_CPU_SPLIT_WORK", "1")
+    split = jit(step)
+    got = _run(split, p, s, 3)
+    plan = split.lower(p, s).compile()
+    assert any(getattr(st.fn, "__name__", "") == "run" for st in plan.program.steps
+               if st.kind == "kernel")
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
+
+
+def test_pair_runs_each_half_once_steals_from_a_late_helper_and_raises():
+    import os as _os
+    from funcgrad.backends.cpu_parallel import Pair
+    pair, seen = Pair(), []
+    for k in range(200):
+        pair.run(lambda k=k: seen.append(("a", k)), lambda k=k: seen.append(("b", k)))
+    assert sorted(seen) == sorted([(h, k) for k in range(200) for h in "ab"])
+    with pytest.raises(ZeroDivisionError):
+        pair.run(lambda: None, lambda: 1 / 0)
+    late, ran = Pair(), []
+    late._pid = _os.getpid()   # a helper that never runs: the caller does both halves
+    late.run(lambda: ran.append("a"), lambda: ran.append("b"))
+    assert ran == ["a", "b"]

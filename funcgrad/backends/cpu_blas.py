@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import threading
 
 import numpy as np
 
@@ -55,34 +56,64 @@ def _openblas():
     return (_set_threads or None), (_get_threads or None)
 
 
+class _OneThread:
+    """Holds OpenBLAS at one thread while any caller (of any Python thread) is inside; the
+    pool size it found comes back when the last one leaves."""
+
+    def __init__(self, setn, getn):
+        self.setn, self.getn = setn, getn
+        self.lock = threading.Lock()
+        self.depth = 0
+        self.saved = 1
+
+    def __enter__(self):
+        with self.lock:
+            if self.depth == 0:
+                self.saved = self.getn()
+                if self.saved != 1:
+                    self.setn(1)
+            self.depth += 1
+
+    def __exit__(self, *exc):
+        with self.lock:
+            self.depth -= 1
+            if self.depth == 0 and self.saved != 1:
+                self.setn(self.saved)
+
+
+_one_thread = None
+
+
+def one_thread():
+    """A context holding numpy's OpenBLAS at one thread, or None without OpenBLAS."""
+    global _one_thread
+    if _one_thread is None:
+        setn, getn = _openblas()
+        _one_thread = _OneThread(setn, getn) if setn is not None else False
+    return _one_thread or None
+
+
 def matmul_into(m: int, n: int, k: int):
     """f(a, b, out): np.matmul(a, b, out=out) of an (m, k) by (k, n) product: on one BLAS
     thread when it is small, in two halves on one BLAS thread each (cpu_parallel) when it is
     large, else on OpenBLAS's own threads."""
     flops = 2 * m * n * k
     split = cpu_parallel.split_min_flops()
-    setn, getn = _openblas()
-    if setn is not None and split is not None and flops >= split and max(m, n) >= 32:
-        return _split(m, n, setn, getn)
-    if setn is None or flops >= serial_flops():
+    one = one_thread()
+    if one is not None and split is not None and flops >= split and max(m, n) >= 32:
+        return _split(m, n, one)
+    if one is None or flops >= serial_flops():
         def run(a, b, out):
             np.matmul(a, b, out=out)
         return run
 
     def run_serial(a, b, out):
-        was = getn()
-        if was == 1:
+        with one:
             np.matmul(a, b, out=out)
-            return
-        setn(1)
-        try:
-            np.matmul(a, b, out=out)
-        finally:
-            setn(was)
     return run_serial
 
 
-def _split(m, n, setn, getn):
+def _split(m, n, one):
     """Halves of the product's rows (or columns, when there are more of them) on two threads."""
     if m >= n:
         h = m // 2
@@ -98,11 +129,6 @@ def _split(m, n, setn, getn):
                     (lambda: np.matmul(a, b[:, h:], out=out[:, h:])))
 
     def run_split(a, b, out):
-        was = getn()
-        setn(1)
-        try:
+        with one:
             cpu_parallel.run_pair(*halves(a, b, out))
-        finally:
-            setn(was)
     return run_split
-
