@@ -53,11 +53,12 @@ def matmul(x1, x2, /, *, precision=None, preferred_element_type=None):
         >>> fnp.linalg.matmul(fnp.ones((2, 3)), fnp.ones(3)).tolist()
         [3.0, 3.0]
     """
-    out = _matmul(x1, x2)
+    out = _matmul(x1, x2) if precision is None else _matmul(x1, x2, precision=precision)
     return out if preferred_element_type is None else out.astype(preferred_element_type)
 
 
 def tensordot(x1, x2, /, *, axes=2, precision=None, preferred_element_type=None):
     """Tensor contraction over `axes` (jnp.linalg.tensordot)."""
-    out = _tensordot(x1, x2, axes)
+    out = _tensordot(x1, x2, axes) if precision is None else _tensordot(
+        x1, x2, axes, precision=precision)
     return out if preferred_element_type is None else out.astype(preferred_element_type)
