@@ -234,3 +234,18 @@ def test_pair_runs_each_half_once_steals_from_a_late_helper_and_raises():
     late._pid = _os.getpid()   # a helper that never runs: the caller does both halves
     late.run(lambda: ran.append("a"), lambda: ran.append("b"))
     assert ran == ["a", "b"]
+
+
+def test_a_kernel_numba_refuses_sends_the_plan_back_to_numpy(monkeypatch, tmp_path, rng):
+    from funcgrad.backends import cpu_ops
+    monkeypatch.setenv("FUNCGRAD_CPU_FUSE_AFTER", "0")
+    monkeypatch.setenv("FUNCGRAD_CACHE_DIR", str(tmp_path))
+    n, tmpl, helpers = cpu_ops.OPS["add"]
+    monkeypatch.setitem(cpu_ops.OPS, "add", (n, lambda a, t: f"no_such_fn({a[0]})", helpers))
+    f = jit(lambda x: x * 3.0 + 1.0)
+    x = rng.standard_normal((4, 3)).astype(np.float32)
+    with pytest.warns(RuntimeWarning, match="failed to compile"):
+        got = f(x)
+    np.testing.assert_array_equal(np.asarray(got), x * np.float32(3) + np.float32(1))
+    assert not f.lower(x).compile().fused
+    np.testing.assert_array_equal(np.asarray(f(x)), np.asarray(got))

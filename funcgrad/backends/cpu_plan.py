@@ -205,16 +205,21 @@ class CpuPlan:
     def __init__(self, expr, consts):
         self.expr, self.consts = expr, consts
         self.calls = 0
+        self.out_avals = [o.aval for o in expr.outs]
         self._after = fuse_after()
         self._lock = threading.Lock()
         self._use(Program(expr, consts, fuse=self._after == 0))
 
     def _use(self, prog):
         self.program = prog
-        self.source, self.line_eqn, self._fn = prog.source, prog.line_eqn, prog.fn
-        self._bufs = prog.memory.new_buffers()
+        self.source, self.line_eqn = prog.source, prog.line_eqn
+        # one tuple, read once per call: a call never pairs one program with another's arena
+        self._state = (prog.fn, prog.memory.new_buffers(), prog.memory)
         self._compiling = prog.kernels > 0
-        self.out_avals = [o.aval for o in self.expr.outs]
+
+    @property
+    def _bufs(self):
+        return self._state[1]
 
     @property
     def fused(self) -> bool:
@@ -223,10 +228,13 @@ class CpuPlan:
 
     def fuse(self) -> bool:
         """Build the fused program now (kernels compile on its first run). Returns fused."""
-        prog = Program(self.expr, self.consts, fuse=True)
+        self._after = None
+        try:
+            prog = Program(self.expr, self.consts, fuse=True)
+        except ImportError:   # no numba: numpy programs only
+            return self.fused
         if prog.kernels:
             self._use(prog)
-        self._after = None
         return self.fused
 
     def __call__(self, args):
@@ -234,19 +242,16 @@ class CpuPlan:
         self.calls += 1
         if self._after is not None and self.calls > self._after:
             self.fuse()
-        bufs = self._bufs
+        fn, bufs, mem = self._state
         got = self._lock.acquire(blocking=False)
         if not got:   # another thread (or a re-entrant call) holds the arena: use a fresh one
-            bufs = self.program.memory.new_buffers()
+            bufs = mem.new_buffers()
         try:
             with np.errstate(all="ignore"):
-                if self._compiling:   # kernels compile on this run: numba's notes are not ours
-                    self._compiling = False
-                    with warnings.catch_warnings():
-                        warnings.simplefilter("ignore")
-                        outs = self._fn([a.buf for a in args], bufs)
+                if self._compiling:
+                    outs = self._first_run(fn, [a.buf for a in args], bufs)
                 else:
-                    outs = self._fn([a.buf for a in args], bufs)
+                    outs = fn([a.buf for a in args], bufs)
         except (IndexOutOfRange, ValueError) as err:
             tb, line = err.__traceback__, None
             while tb is not None:
@@ -262,6 +267,24 @@ class CpuPlan:
             if got:
                 self._lock.release()
         return [Array(out, aval, "cpu") for out, aval in zip(outs, self.out_avals)]
+
+    def _first_run(self, fn, bufs_in, bufs):
+        """The fused program's first run, which compiles its kernels; should numba refuse one
+        (a bug in the generated source), the plan says so and goes back to numpy."""
+        self._compiling = False
+        try:
+            with warnings.catch_warnings():   # numba's compile-time notes are not the user's
+                warnings.simplefilter("ignore")
+                return fn(bufs_in, bufs)
+        except Exception as err:   # noqa: BLE001 (only numba's own errors are handled here)
+            if not type(err).__module__.startswith("numba"):
+                raise
+            warnings.warn(f"funcgrad: a fused CPU kernel failed to compile "
+                          f"({type(err).__name__}: {str(err).splitlines()[0]}); this jitted "
+                          "function runs its numpy program instead", RuntimeWarning, stacklevel=3)
+            self._use(Program(self.expr, self.consts, fuse=False))
+            fn, _, mem = self._state
+            return fn(bufs_in, mem.new_buffers())
 
 
 # ---------------------------------------------------------------------------------------------
