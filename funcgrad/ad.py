@@ -74,7 +74,7 @@ def _forward(expr, consts, args):
     """Evaluate expr, keeping every intermediate value and which ones depend on the inputs.
 
     A custom_vjp group runs its fwd rule instead of its body; the residuals are kept in
-    env[("res", rec)] for the backward pass.
+    env[("res", rec, operand ids)] for the backward pass.
     """
     env = {}
     active = set()
@@ -91,7 +91,7 @@ def _forward(expr, consts, args):
         is_active = any(x in active for x in e.inputs if not isinstance(x, Lit))
         if e.prim.vjp_group and is_active:
             rec = e.params["rec"]
-            key = ("res", rec)
+            key = ("res",) + _group_key(e)
             if key not in env:
                 with source_info(e.src):
                     outs, res = rec.fwd(*[read(x) for x in e.inputs])
@@ -105,12 +105,18 @@ def _forward(expr, consts, args):
     return env, active, read
 
 
+def _group_key(e):
+    """A custom_vjp call's identity: its record and its operands (the same record appears once
+    per call when a traced expression, e.g. a jitted function's, is replayed twice)."""
+    return (e.params["rec"], tuple(id(x) for x in e.inputs))
+
+
 def _group_outs(expr):
-    """For each custom_vjp record, its output variables in index order."""
+    """For each custom_vjp call, its output variables in index order."""
     groups = {}
     for e in expr.eqns:
         if e.prim.vjp_group:
-            outs = groups.setdefault(e.params["rec"], [None] * len(e.params["rec"].out_avals))
+            outs = groups.setdefault(_group_key(e), [None] * len(e.params["rec"].out_avals))
             outs[e.params["index"]] = e.out
     return groups
 
@@ -125,15 +131,19 @@ def backward_pass(expr, env, active, read, cts_out):
     for e in reversed(expr.eqns):
         if e.prim.vjp_group:
             rec = e.params["rec"]
+            gkey = _group_key(e)
             groups = groups if groups is not None else _group_outs(expr)
-            outs = groups[rec]
+            outs = groups[gkey]
             cts = [ct_env.pop(v, None) if v is not None else None for v in outs]
-            if all(c is None for c in cts) or ("res", rec) not in env:
+            key = ("res",) + gkey
+            if all(c is None for c in cts) or key not in env:
                 continue
-            cts = [c if c is not None else prims.zeros_like(read(v)) for c, v in zip(cts, outs)]
+            cts = [c if c is not None else (prims.zeros_like(read(v)) if v is not None else
+                                            np.zeros(av.shape, av.dtype))
+                   for c, v, av in zip(cts, outs, rec.out_avals)]
             with source_info(e.src + f" (backward of {rec})"):
-                in_cts = rec.bwd(env[("res", rec)][1], cts)
-            del env[("res", rec)]
+                in_cts = rec.bwd(env[key][1], cts)
+            del env[key]
             _accumulate(ct_env, active, e.inputs, in_cts)
             continue
         ct = ct_env.pop(e.out, None)

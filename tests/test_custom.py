@@ -339,3 +339,30 @@ def test_checkpoint_static_argnums_and_higher_order():
 
 def test_remat_is_checkpoint():
     assert funcgrad.remat is funcgrad.checkpoint
+
+
+def test_custom_vjp_inside_a_jitted_function_called_twice_under_grad():
+    """The traced expression of a jitted function is replayed once per call: each replay's
+    custom_vjp call keeps its own residuals and cotangents."""
+    @funcgrad.custom_vjp
+    def f(x):
+        return fnp.sin(x)
+
+    f.defvjp(lambda x: (fnp.sin(x), fnp.cos(x)), lambda c, g: (g * c,))
+    jf = funcgrad.jit(lambda x: f(x) * 3.0)
+
+    def g(x):
+        return jf(x) + jf(2.0 * x)
+
+    np.testing.assert_allclose(float(funcgrad.grad(g)(0.3)),
+                               3 * np.cos(0.3) + 6 * np.cos(0.6), rtol=1e-6)
+
+
+def test_checkpoint_inside_a_jitted_function_called_twice_under_grad():
+    jf = funcgrad.jit(funcgrad.checkpoint(lambda x: fnp.sin(x) * 3.0))
+
+    def g(x):
+        return jf(x) + jf(2.0 * x)
+
+    np.testing.assert_allclose(float(funcgrad.grad(g)(0.3)),
+                               3 * np.cos(0.3) + 6 * np.cos(0.6), rtol=1e-6)
