@@ -387,17 +387,18 @@ def zeros_like_array(x):
 
 
 def dot(lhs, rhs, precision=None, preferred_element_type=None):
-    out = fnp.dot(lhs, rhs)
+    out = fnp.dot(lhs, rhs, precision=precision)
     return out if preferred_element_type is None else fnp.asarray(out, preferred_element_type)
 
 
 def batch_matmul(lhs, rhs, precision=None):
-    return fnp.matmul(lhs, rhs)
+    return fnp.matmul(lhs, rhs, precision=precision)
 
 
 class Precision(enum.Enum):
-    """Matmul precision names (accepted for compatibility; funcgrad computes in the operand
-    dtype)."""
+    """Matmul precision (JAX's names): DEFAULT follows funcgrad.config's
+    "default_matmul_precision", HIGH is TF32 and HIGHEST full float32 for float32 products on
+    CUDA; the CPU computes in the operand dtype."""
     DEFAULT = 0
     HIGH = 1
     HIGHEST = 2

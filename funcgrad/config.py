@@ -10,7 +10,54 @@ _DEFAULTS = {
     "debug_nans": False,
     # "cpu" or "cuda" pins the default device; None picks "cuda" when a GPU is usable
     "default_device": None,
+    # precision of float32 matmuls whose `precision=` is None or "default" (JAX's
+    # jax_default_matmul_precision): None or "float32" (full fp32), "tensorfloat32" (TF32 tensor
+    # cores on CUDA), "bfloat16" (one bf16 pass, fp32 accumulation); the CPU ignores it
+    "default_matmul_precision": None,
 }
+
+# precision names (JAX's strings and lax.Precision members) -> the dot_general param value
+_PRECISION_NAMES = {
+    "default": None, "fastest": None,
+    "bfloat16": "bfloat16",
+    "high": "tensorfloat32", "tensorfloat32": "tensorfloat32",
+    "highest": "float32", "float32": "float32",
+}
+_PRECISION_RANK = {None: 0, "bfloat16": 1, "tensorfloat32": 2, "float32": 3}
+
+
+def canonical_precision(precision):
+    """The dot_general `precision` param for a user's value: None (the default, resolved from
+    "default_matmul_precision"), "bfloat16", "tensorfloat32" or "float32".
+
+    Accepts None, JAX's strings ("default", "high", "highest", "bfloat16", "tensorfloat32",
+    "float32", "fastest"), lax.Precision members (DEFAULT, HIGH, HIGHEST) and a pair of these
+    (one per operand: the more precise of the two is used).
+
+    Example:
+        >>> from funcgrad.config import canonical_precision
+        >>> canonical_precision("high"), canonical_precision(None)
+        ('tensorfloat32', None)
+    """
+    if isinstance(precision, (tuple, list)):
+        if len(precision) != 2:
+            raise ValueError(f"precision must be one value or a pair (lhs, rhs), got "
+                             f"{precision!r}")
+        a, b = (canonical_precision(p) for p in precision)
+        return a if _PRECISION_RANK[a] >= _PRECISION_RANK[b] else b
+    if precision is None:
+        return None
+    name = precision if isinstance(precision, str) else getattr(precision, "name", None)
+    key = name.lower() if isinstance(name, str) else None
+    if key not in _PRECISION_NAMES:
+        raise ValueError(f"unknown matmul precision {precision!r}; use None, 'default', "
+                         "'high', 'highest', 'bfloat16', 'tensorfloat32', 'float32' or a "
+                         "lax.Precision member")
+    return _PRECISION_NAMES[key]
+
+
+# checks a switch's value on update: returns the value to store
+_VALIDATORS = {"default_matmul_precision": canonical_precision}
 
 
 class _Config:
@@ -24,6 +71,9 @@ class _Config:
         if name not in self._values:
             raise KeyError(f"unknown funcgrad config option {name!r}; known: "
                            f"{sorted(self._values)}")
+        check = _VALIDATORS.get(name)
+        if check is not None:
+            value = check(value)
         self._values[name] = value
         for hook in _hooks.get(name, ()):
             hook(value)
@@ -33,6 +83,13 @@ class _Config:
             return self.__dict__["_values"][name]
         except KeyError:
             raise AttributeError(name) from None
+
+
+    def trace_context(self) -> tuple:
+        """The switches that change what a traced function computes, as (name, value) pairs
+        for jit's cache key (empty while all are at their defaults)."""
+        p = self._values["default_matmul_precision"]
+        return () if p is None else (("funcgrad.config.default_matmul_precision", p),)
 
 
 _hooks: dict = {}

@@ -208,7 +208,9 @@ def jit(fun: Callable, static_argnums=(), static_argnames=(), donate_argnums=())
         device = next((d for d in sorted(devs) if d != "cpu"),
                       "cpu" if devs else core.default_device())
         paths = ()
-        sig = _Signature(tree, tuple([aval_of(v) for v in vals]), st, device, paths)
+        # switches that change what tracing produces (default_matmul_precision) key it too
+        sig = _Signature(tree, tuple([aval_of(v) for v in vals]), st + config.trace_context(),
+                         device, paths)
         return sig, st, vals, tree
 
     def _cached(args, kwargs):
@@ -233,8 +235,8 @@ def jit(fun: Callable, static_argnums=(), static_argnames=(), donate_argnums=())
         if hit is None:
             return None, None
         leaves, tree = tree_flatten((args, kwargs))
-        tree0, avals, device, low = hit
-        if tree != tree0 or len(leaves) != len(avals):
+        tree0, avals, device, low, ctx = hit
+        if tree != tree0 or len(leaves) != len(avals) or ctx != config.trace_context():
             return None, None
         for x, a in zip(leaves, avals):
             if type(x) is not Array or x.aval is not a or x.device != device:
@@ -251,7 +253,7 @@ def jit(fun: Callable, static_argnums=(), static_argnames=(), donate_argnums=())
             if (not static and not static_names
                     and all(type(v) is Array and v.device == low.device for v in vals)):
                 last[0] = (tree_flatten((args, kwargs))[1], tuple(v.aval for v in vals),
-                           low.device, low)
+                           low.device, low, config.trace_context())
         closed = low.closed
         if any(isinstance(v, Tracer) for v in vals) or core.current_builder() is not None:
             outs = eval_expr(low.traced[0], vals, low.traced[1])

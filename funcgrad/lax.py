@@ -19,10 +19,26 @@ from .windows import (reduce_window, reduce_window_max_p, reduce_window_min_p,  
                       select_and_scatter_add_p)
 
 
-def dot_general(lhs, rhs, dimension_numbers):
+def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
     """Contract lhs and rhs: dimension_numbers = ((lhs_contract, rhs_contract),
-    (lhs_batch, rhs_batch)); output axes are batch, lhs free, rhs free."""
-    return P.dot_general(lhs, rhs, dimension_numbers)
+    (lhs_batch, rhs_batch)); output axes are batch, lhs free, rhs free.
+
+    precision: None, "default", "high", "highest", "bfloat16", "tensorfloat32", "float32", a
+    lax.Precision member or a pair of them; it sets float32 products' speed/accuracy on CUDA
+    (None follows funcgrad.config's "default_matmul_precision": full float32 unless changed)
+    and is ignored on the CPU. preferred_element_type converts the result.
+
+    Example:
+        >>> import funcgrad.numpy as fnp
+        >>> from funcgrad import lax
+        >>> x = fnp.ones((2, 3), "float32")
+        >>> lax.dot_general(x, x, (((1,), (1,)), ((), ())), precision="highest").tolist()
+        [[3.0, 3.0], [3.0, 3.0]]
+    """
+    out = P.dot_general(lhs, rhs, dimension_numbers, precision)
+    if preferred_element_type is not None and np.dtype(preferred_element_type) != out.dtype:
+        out = P.convert(out, np.dtype(preferred_element_type))
+    return out
 
 
 def broadcast_in_dim(operand, shape, broadcast_dimensions):

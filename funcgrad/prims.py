@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from .config import canonical_precision, config
 from .core import ShapedArray, bind, defprim, is_float, is_int, type_error
 
 # ---------------------------------------------------------------------------------------------
@@ -894,7 +895,7 @@ def _dot_dims(x, y, dimension_numbers):
     return lc, rc, lb, rb, lf, rf
 
 
-def _dot_shape(x, y, *, dimension_numbers):
+def _dot_shape(x, y, *, dimension_numbers, precision=None):
     lc, rc, lb, rb, lf, rf = _dot_dims(x, y, dimension_numbers)
     ok = (len(lc) == len(rc) and len(lb) == len(rb)
           and all(0 <= a < x.ndim for a in lc + lb) and all(0 <= a < y.ndim for a in rc + rb)
@@ -926,7 +927,8 @@ def _as_matrix(a, contract, contract_first: bool):
     return None
 
 
-def _dot_impl(x, y, *, dimension_numbers):
+def _dot_impl(x, y, *, dimension_numbers, precision=None):
+    # numpy computes in the operands' dtype: `precision` changes nothing on the CPU
     (lc, rc), (lb, _) = dimension_numbers
     if not lb and lc:   # contractions over leading/trailing runs: one matmul of reshaped views
         xm, ym = _as_matrix(x, lc, False), _as_matrix(y, rc, True)
@@ -947,13 +949,18 @@ def _dot_impl(x, y, *, dimension_numbers):
         x.dtype, copy=False)
 
 
-def dot_general(x, y, dimension_numbers):
+def dot_general(x, y, dimension_numbers, precision=None):
+    """bind dot_general; precision None/"default" takes config's "default_matmul_precision"
+    now (at trace time), so the param says what the product computes."""
     (lc, rc), (lb, rb) = dimension_numbers
     dn = ((tuple(lc), tuple(rc)), (tuple(lb), tuple(rb)))
-    return bind(dot_general_p, x, y, dimension_numbers=dn)
+    p = canonical_precision(precision)
+    if p is None:
+        p = config.default_matmul_precision
+    return bind(dot_general_p, x, y, dimension_numbers=dn, precision=p)
 
 
-def _dot_vjp(ct, x, y, *, out, dimension_numbers):
+def _dot_vjp(ct, x, y, *, out, dimension_numbers, precision=None):
     # ct_x = ct . y over y's free axes, then permuted back into x's axis order (same for y)
     lc, rc, lb, rb, lf, rf = _dot_dims(x, y, dimension_numbers)
     if not is_float(x.dtype):
@@ -962,36 +969,36 @@ def _dot_vjp(ct, x, y, *, out, dimension_numbers):
     ct_b = tuple(range(nb))
     ct_xf = tuple(range(nb, nb + len(lf)))
     ct_yf = tuple(range(nb + len(lf), nb + len(lf) + len(rf)))
-    rx = dot_general(ct, y, ((ct_yf, tuple(rf)), (ct_b, tuple(rb))))
+    rx = dot_general(ct, y, ((ct_yf, tuple(rf)), (ct_b, tuple(rb))), precision)
     order_x = list(lb) + lf + [lc[j] for j in np.argsort(rc, kind="stable")]
     ct_x = transpose(rx, [order_x.index(i) for i in range(len(x.shape))])
-    ry = dot_general(ct, x, ((ct_xf, tuple(lf)), (ct_b, tuple(lb))))
+    ry = dot_general(ct, x, ((ct_xf, tuple(lf)), (ct_b, tuple(lb))), precision)
     order_y = list(rb) + rf + [rc[j] for j in np.argsort(lc, kind="stable")]
     ct_y = transpose(ry, [order_y.index(i) for i in range(len(y.shape))])
     return ct_x, ct_y
 
 
-def _dot_jvp(ts, xs, *, out, dimension_numbers):
+def _dot_jvp(ts, xs, *, out, dimension_numbers, precision=None):
     if not is_float(out.dtype):
         return None
     x, y = xs
-    return add_any(None if ts[0] is None else bind(dot_general_p, ts[0], y,
-                                                   dimension_numbers=dimension_numbers),
-                   None if ts[1] is None else bind(dot_general_p, x, ts[1],
-                                                   dimension_numbers=dimension_numbers))
+    kw = dict(dimension_numbers=dimension_numbers, precision=precision)
+    return add_any(None if ts[0] is None else bind(dot_general_p, ts[0], y, **kw),
+                   None if ts[1] is None else bind(dot_general_p, x, ts[1], **kw))
 
 
-def _dot_batch(args, dims, *, dimension_numbers):
+def _dot_batch(args, dims, *, dimension_numbers, precision=None):
     x, y = args
     dx, dy = dims
     (lc, rc), (lb, rb) = dimension_numbers
     sh = lambda t: tuple(a + 1 for a in t)
     if dx is not None and dy is not None:
-        return dot_general(x, y, ((sh(lc), sh(rc)), ((0,) + sh(lb), (0,) + sh(rb)))), 0
+        return dot_general(x, y, ((sh(lc), sh(rc)), ((0,) + sh(lb), (0,) + sh(rb))),
+                           precision), 0
     if dx is not None:  # x's batch axis becomes its first free axis
-        return dot_general(x, y, ((sh(lc), rc), (sh(lb), rb))), len(lb)
+        return dot_general(x, y, ((sh(lc), rc), (sh(lb), rb)), precision), len(lb)
     nfx = len(x.shape) - len(lc) - len(lb)
-    return dot_general(x, y, ((lc, sh(rc)), (lb, sh(rb)))), len(lb) + nfx
+    return dot_general(x, y, ((lc, sh(rc)), (lb, sh(rb))), precision), len(lb) + nfx
 
 
 dot_general_p = defprim("dot_general", _dot_shape, _dot_impl, _dot_vjp, _dot_jvp, _dot_batch)

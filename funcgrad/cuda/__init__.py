@@ -21,6 +21,7 @@ __all__ = [
     "CudaBackend",
     "CudaOutOfMemoryError",
     "empty_cache",
+    "gemm_backend",
     "gpu_available",
     "is_available",
     "memory_stats",
@@ -129,6 +130,9 @@ def __getattr__(name):
     if name == "CudaBackend":
         from .backend import CudaBackend
         return CudaBackend
+    if name == "gemm_backend":   # which GEMM dot_general runs (cuBLAS or numba) and why
+        from .blas import gemm_backend
+        return gemm_backend
     if name == "CudaOutOfMemoryError":
         from .arrays import CudaOutOfMemoryError
         return CudaOutOfMemoryError

@@ -176,7 +176,7 @@ def _dot_general(bufs, params, aval):
     x, y = bufs
     if x.size == 0 or y.size == 0:
         return ew.fill(pool().empty(aval.shape, aval.dtype), 0)
-    return matmul.dot_general(x, y, params["dimension_numbers"], aval)
+    return matmul.dot_general(x, y, params["dimension_numbers"], aval, params.get("precision"))
 
 
 CUDA[P.dot_general_p] = _dot_general

@@ -1,6 +1,9 @@
 """dot_general as a batched GEMM: operands viewed as (batch, rows, contract) and
 (batch, contract, cols) with one stride per group (copied first only when their axes cannot be
-grouped that way), then a tiled kernel generated with fully unrolled register blocking.
+grouped that way), then one cuBLAS call (blas.py: real GPUs with nvmath-python or CuPy, float
+dtypes, `precision` picking fp32/TF32/bf16) or else a tiled numba kernel generated with fully
+unrolled register blocking (the simulator, integers, installs without a binding; it computes in
+the operand dtype whatever the precision).
 
 Kernel shape (GPU: 128x128 tiles, BK=8, 256 threads, each thread an 8x8 block of C held in 64
 scalar registers; 64x64 tiles with 4x4 per thread when 128-tiles would leave SMs idle):
@@ -16,7 +19,7 @@ from __future__ import annotations
 import math
 import os
 
-from . import runtime
+from . import blas, runtime
 from .arrays import DeviceBuffer, pool
 from .elementwise import compute_t, contiguous, nbt
 from .reduce import _collapse
@@ -126,7 +129,10 @@ def _grouped_copy(x, perm, shape, strides, groups):
     return x, list(zip(sizes, st))
 
 
-def dot_general(x: DeviceBuffer, y: DeviceBuffer, dimension_numbers, out_aval) -> DeviceBuffer:
+def dot_general(x: DeviceBuffer, y: DeviceBuffer, dimension_numbers, out_aval,
+                precision=None) -> DeviceBuffer:
+    """dot_general's CUDA lowering: a pool buffer holding x . y (precision: the primitive's
+    param, None/"float32"/"tensorfloat32"/"bfloat16", honoured by the cuBLAS path)."""
     (lc, rc), (lb, rb) = dimension_numbers
     lf = [d for d in range(x.ndim) if d not in lc and d not in lb]
     rf = [d for d in range(y.ndim) if d not in rc and d not in rb]
@@ -134,6 +140,8 @@ def dot_general(x: DeviceBuffer, y: DeviceBuffer, dimension_numbers, out_aval) -
     yb, ((_, sbb), (K2, sbk), (N, sbn)) = _grouped(y, [list(rb), list(rc), rf])
     out = pool().empty(out_aval.shape, out_aval.dtype)
     if out.size == 0:
+        return out
+    if blas.gemm(xa, (sab, sam, sak), yb, (sbb, sbk, sbn), out, Bn, M, N, K, precision):
         return out
     a_mode = "k" if (sak == 1 or sam != 1) else "m"
     b_mode = "n" if (sbn == 1 or sbk != 1) else "k"

@@ -15,9 +15,15 @@ def _promote2(op, a, b):
     return asarray(a, dt), asarray(b, dt)
 
 
-def matmul(a, b):
+def matmul(a, b, *, precision=None):
     """numpy.matmul / `@`: batched over leading axes with broadcasting; 1-D operands are
     promoted to matrices and the added axis removed.
+
+    `precision` (JAX's: None, "default", "high", "highest", "bfloat16", "tensorfloat32",
+    "float32", lax.Precision members) picks float32 products' speed/accuracy on CUDA (None
+    follows funcgrad.config's "default_matmul_precision": full float32 unless changed); the CPU
+    ignores it (numpy computes in the operand dtype). The same holds for dot, inner, vdot,
+    tensordot and einsum.
 
     Example:
         >>> import funcgrad.numpy as fnp
@@ -41,16 +47,16 @@ def matmul(a, b):
     if nb and b.ndim == 2:
         # a matrix on the right: a's batch axes are free axes, nothing is broadcast (so the
         # gradient of b is one contraction, not a batch of them summed afterwards)
-        out = P.dot_general(a, b, (((a.ndim - 1,), (0,)), ((), ())))
+        out = P.dot_general(a, b, (((a.ndim - 1,), (0,)), ((), ())), precision)
     elif nb and a.ndim == 2:
-        out = P.dot_general(a, b, (((1,), (b.ndim - 2,)), ((), ())))  # (M, *batch, N)
+        out = P.dot_general(a, b, (((1,), (b.ndim - 2,)), ((), ())), precision)  # (M,*b,N)
         out = P.transpose(out, list(range(1, nb + 1)) + [0, nb + 1])
     else:
         if nb:
             a = broadcast_to(a, batch + tuple(a.shape[-2:]))
             b = broadcast_to(b, batch + tuple(b.shape[-2:]))
         bd = tuple(range(nb))
-        out = P.dot_general(a, b, (((nb + 1,), (nb,)), (bd, bd)))
+        out = P.dot_general(a, b, (((nb + 1,), (nb,)), (bd, bd)), precision)
     if a1 and b1:
         return reshape(out, batch)
     if a1:
@@ -60,7 +66,7 @@ def matmul(a, b):
     return out
 
 
-def dot(a, b):
+def dot(a, b, *, precision=None):
     """numpy.dot: inner product of vectors, matrix product, or sum over the last axis of a and
     the second-to-last of b."""
     a, b = _promote2("dot", a, b)
@@ -70,18 +76,18 @@ def dot(a, b):
     if a.shape[-1] != b.shape[cb]:
         raise type_error("dot", f"shapes {tuple(a.shape)} and {tuple(b.shape)} not aligned",
                          (a.aval, b.aval))
-    return P.dot_general(a, b, (((a.ndim - 1,), (cb,)), ((), ())))
+    return P.dot_general(a, b, (((a.ndim - 1,), (cb,)), ((), ())), precision)
 
 
-def vdot(a, b):
-    return dot(reshape(a, (-1,)), reshape(b, (-1,)))
+def vdot(a, b, *, precision=None):
+    return dot(reshape(a, (-1,)), reshape(b, (-1,)), precision=precision)
 
 
-def inner(a, b):
+def inner(a, b, *, precision=None):
     a, b = _promote2("inner", a, b)
     if a.ndim == 0 or b.ndim == 0:
         return a * b
-    return P.dot_general(a, b, (((a.ndim - 1,), (b.ndim - 1,)), ((), ())))
+    return P.dot_general(a, b, (((a.ndim - 1,), (b.ndim - 1,)), ((), ())), precision)
 
 
 def outer(a, b):
@@ -90,7 +96,7 @@ def outer(a, b):
     return reshape(a, (-1, 1)) * reshape(b, (1, -1))  # (m, 1) * (1, n) broadcasts to (m, n)
 
 
-def tensordot(a, b, axes=2):
+def tensordot(a, b, axes=2, *, precision=None):
     """numpy.tensordot with an int or a pair of axis sequences."""
     a, b = _promote2("tensordot", a, b)
     if isinstance(axes, int):
@@ -101,7 +107,7 @@ def tensordot(a, b, axes=2):
         cb = (cb,) if isinstance(cb, int) else tuple(cb)
         ca = tuple(x % a.ndim for x in ca)
         cb = tuple(x % b.ndim for x in cb)
-    return P.dot_general(a, b, ((ca, cb), ((), ())))
+    return P.dot_general(a, b, ((ca, cb), ((), ())), precision)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -149,7 +155,7 @@ def _sum_unused(x, s, keep):
     return sum(x, axes), "".join(c for c in s if c in keep)
 
 
-def _contract(x, sx, y, sy, keep):
+def _contract(x, sx, y, sy, keep, precision=None):
     x, sx = _sum_unused(x, sx, set(sy) | keep)
     y, sy = _sum_unused(y, sy, set(sx) | keep)
     common = [c for c in sx if c in sy]
@@ -157,7 +163,7 @@ def _contract(x, sx, y, sy, keep):
     contract = [c for c in common if c not in keep]
     dn = ((tuple(sx.index(c) for c in contract), tuple(sy.index(c) for c in contract)),
           (tuple(sx.index(c) for c in batch), tuple(sy.index(c) for c in batch)))
-    out = P.dot_general(x, y, dn)
+    out = P.dot_general(x, y, dn, precision)
     s_out = "".join(batch) + "".join(c for c in sx if c not in common) + "".join(
         c for c in sy if c not in common)
     return out, s_out
@@ -191,7 +197,7 @@ def einsum(subscripts, *operands, optimize=None, precision=None):
     x, sx = ops[0], terms[0]
     for k in range(1, len(ops)):
         keep = set(out).union(*[set(t) for t in terms[k + 1:]])
-        x, sx = _contract(x, sx, ops[k], terms[k], keep)
+        x, sx = _contract(x, sx, ops[k], terms[k], keep, precision)
     x, sx = _sum_unused(x, sx, set(out))
     if set(out) - set(sx):
         raise ValueError(f"einsum: output label(s) {sorted(set(out) - set(sx))} not in inputs")

@@ -1,0 +1,262 @@
+"""dot_general on cuBLAS: one strided-batched GEMM call from the host on the launch stream.
+
+The call goes through NVIDIA's nvmath-python bindings (`nvmath.bindings.cublas`, the optional
+`gpu` extra: `pip install 'funcgrad[gpu]'`), else CuPy's (`cupy_backends.cuda.libs.cublas`).
+It is issued on runtime.stream(), so inside a jit plan's CUDA-graph capture it is recorded into
+the graph and replayed with no host work; its workspace comes from the pool, so the plan's
+static memory plan places it like any other buffer. libcublas is preloaded from the `nvidia`
+wheels (torch's or nvmath's) when found, so no LD_LIBRARY_PATH is needed.
+
+Row-major C = X Y is column-major C^T = Y^T X^T: cuBLAS's "A" is y, its "B" is x, m = N, n = M;
+an operand whose rows or columns are contiguous is read in place (transa/transb and a leading
+dimension), batches through their batch stride (0: broadcast); other layouts are copied first.
+
+numba's kernel (matmul.py) serves instead under the simulator, without either binding, for
+integer dtypes, for sizes over 2^31, and when FUNCGRAD_GEMM=numba: gemm_backend() says which
+path a dtype takes and why.
+
+Example:
+    >>> import funcgrad.cuda
+    >>> funcgrad.cuda.gemm_backend("float32")                            # doctest: +SKIP
+    'cublas: nvmath-python 1.0.0, cuBLAS 130100'
+"""
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import sys
+import threading
+
+import numpy as np
+
+from . import runtime
+
+# cudaDataType_t and cublasComputeType_t values (cuBLAS's C API)
+CUDA_R = {"float16": 2, "float32": 0, "float64": 1}
+COMPUTE_16F, COMPUTE_32F, COMPUTE_64F = 64, 68, 70
+COMPUTE_32F_FAST_16BF, COMPUTE_32F_FAST_TF32 = 75, 77
+OP_N, OP_T = 0, 1
+GEMM_DEFAULT = -1
+INT_MAX = 2 ** 31 - 1
+WORKSPACE = 32 << 20   # cuBLAS's recommended workspace on Hopper
+
+# alpha = 1, beta = 0 in host memory (cuBLAS's default pointer mode reads them at call time)
+_ONE = {k: np.ones(1, k) for k in ("float32", "float64")}
+_ZERO = {k: np.zeros(1, k) for k in ("float32", "float64")}
+
+_lock = threading.Lock()
+_state: dict = {}   # "api": the binding in use or None, "why": the reason for None
+
+
+def compute_type(dtype, precision) -> int:
+    """cuBLAS compute type for operands of `dtype` at dot_general's `precision` param."""
+    name = np.dtype(dtype).name
+    if name == "float64":
+        return COMPUTE_64F
+    if name == "float32" and precision == "tensorfloat32":
+        return COMPUTE_32F_FAST_TF32
+    if name == "float32" and precision == "bfloat16":
+        return COMPUTE_32F_FAST_16BF
+    return COMPUTE_32F   # float32 at None/"float32" (full fp32); float16 accumulates in fp32
+
+
+def _op(r, c, sr, sc):
+    """(trans, ld) reading an r x c operand whose (i, j) is at i*sr + j*sc, else None."""
+    if sr < 0 or sc < 0:
+        return None
+    if sr == 1 or r == 1:        # columns contiguous: column-major r x c as stored
+        ld = sc if c > 1 else max(r, 1)
+        if ld >= max(r, 1):
+            return OP_N, ld
+    if sc == 1 or c == 1:        # rows contiguous: a column-major c x r matrix, transposed
+        ld = sr if r > 1 else max(c, 1)
+        if ld >= max(c, 1):
+            return OP_T, ld
+    return None
+
+
+def plan(Bn, M, N, K, xs, ys):
+    """cuBLAS arguments for out[b] (M x N, contiguous) = x[b] (M x K) @ y[b] (K x N).
+
+    xs = (batch, row, contract) element strides of x, ys = (batch, contract, col) of y.
+    Returns (transa, transb, m, n, k, lda, stride_a, ldb, stride_b, ldc, stride_c, batch) with
+    cuBLAS's A = y and B = x, or None when a layout or a size cannot be expressed.
+    """
+    (sab, sam, sak), (sbb, sbk, sbn) = xs, ys
+    a = _op(N, K, sbn, sbk)      # op(A) = Y^T: N x K, (n, k) at n*sbn + k*sbk
+    b = _op(K, M, sak, sam)      # op(B) = X^T: K x M, (k, m) at k*sak + m*sam
+    if a is None or b is None or sab < 0 or sbb < 0:
+        return None
+    if max(M, N, K, a[1], b[1], Bn) > INT_MAX:
+        return None
+    return (a[0], b[0], N, M, K, a[1], sbb if Bn > 1 else 0, b[1], sab if Bn > 1 else 0,
+            max(N, 1), M * N, Bn)
+
+
+# ---------------------------------------------------------------------------------------------
+# the bindings
+# ---------------------------------------------------------------------------------------------
+
+def _preload_cublas() -> str:
+    """dlopen libcublasLt and libcublas (RTLD_GLOBAL) from an `nvidia` wheel on sys.path, the
+    newest major version first; returns the path loaded or ""."""
+    found = []
+    for p in sys.path:
+        for sub in ("cublas/lib", "cu13/lib", "cu12/lib"):
+            for f in glob.glob(os.path.join(p or ".", "nvidia", sub, "libcublas.so.*")):
+                found.append(f)
+    for f in sorted(set(found), key=lambda f: f.rsplit(".so.", 1)[-1], reverse=True):
+        lt = os.path.join(os.path.dirname(f), "libcublasLt.so." + f.rsplit(".so.", 1)[-1])
+        try:
+            if os.path.exists(lt):
+                ctypes.CDLL(lt, mode=ctypes.RTLD_GLOBAL)
+            ctypes.CDLL(f, mode=ctypes.RTLD_GLOBAL)
+        except OSError:
+            continue
+        return f
+    return ""
+
+
+class _Nvmath:
+    """nvmath-python's low-level cuBLAS bindings (raw pointers, a handle, a stream)."""
+
+    def __init__(self):
+        import nvmath
+        from nvmath.bindings import cublas
+        self.cb = cublas
+        self.handle = cublas.create()
+        self.describe = (f"nvmath-python {getattr(nvmath, '__version__', '?')}, cuBLAS "
+                         f"{cublas.get_version(self.handle)}")
+
+    def gemm(self, stream, ws, nbytes, args):
+        cb, h = self.cb, self.handle
+        cb.set_stream(h, stream)
+        cb.set_workspace(h, ws, nbytes)   # after set_stream, which resets it
+        cb.gemm_strided_batched_ex(h, *args)
+
+
+class _Cupy:
+    """CuPy's cuBLAS bindings; CuPy sets the handle's stream to its current stream itself, and
+    that resets the workspace to cuBLAS's own."""
+
+    def __init__(self):
+        import cupy
+        from cupy_backends.cuda.libs import cublas
+        self.cupy, self.cb = cupy, cublas
+        self.handle = cublas.create()
+        self.describe = f"CuPy {cupy.__version__}, cuBLAS {cublas.getVersion(self.handle)}"
+
+    def gemm(self, stream, ws, nbytes, args):
+        cp = self.cupy
+        s = cp.cuda.ExternalStream(stream) if stream else cp.cuda.Stream.null
+        with s:
+            self.cb.gemmStridedBatchedEx(self.handle, *args)
+
+
+def _gpu():
+    from . import is_available, unavailable_reason
+    return is_available(), unavailable_reason()
+
+
+def _load():
+    """(binding or None, why not), decided once per process."""
+    if "why" in _state:
+        return _state["api"], _state["why"]
+    with _lock:
+        if "why" in _state:
+            return _state["api"], _state["why"]
+        api, why = None, ""
+        choice = os.environ.get("FUNCGRAD_GEMM", "auto").strip().lower()
+        if runtime.sim_requested():
+            why = "numba's CUDA simulator is active (NUMBA_ENABLE_CUDASIM=1)"
+        elif choice == "numba":
+            why = "FUNCGRAD_GEMM=numba"
+        elif choice not in ("auto", "nvmath", "cupy"):
+            why = f"FUNCGRAD_GEMM={choice!r} is not one of auto, nvmath, cupy, numba"
+        elif not _gpu()[0]:
+            why = f"no usable GPU ({_gpu()[1]})"
+        else:
+            runtime.load().current_context()   # the primary context, shared with cuBLAS
+            lib = _preload_cublas()
+            tried = []
+            for name, cls in (("nvmath", _Nvmath), ("cupy", _Cupy)):
+                if choice not in ("auto", name):
+                    continue
+                try:
+                    api = cls()
+                    break
+                except ImportError as e:
+                    tried.append(f"{name}: not installed ({e})")
+                except Exception as e:   # noqa: BLE001 - library/driver errors: report them
+                    tried.append(f"{name}: {type(e).__name__}: {e}")
+            if api is None:
+                why = ("no cuBLAS binding loaded (pip install 'funcgrad[gpu]' for "
+                       f"nvmath-python; libcublas {lib or 'not found in nvidia wheels'}): "
+                       + "; ".join(tried))
+        _state["api"], _state["why"] = api, why
+    return api, why
+
+
+def gemm_backend(dtype="float32") -> str:
+    """Which GEMM a CUDA dot_general of `dtype` runs, and why: "cublas: <binding>" or
+    "numba: <reason>".
+
+    Example:
+        >>> import funcgrad.cuda
+        >>> funcgrad.cuda.gemm_backend("int32")                          # doctest: +SKIP
+        'numba: cuBLAS has no int32 GEMM here (integer products use the numba kernel)'
+    """
+    api, why = _load()
+    if api is None:
+        return f"numba: {why}"
+    name = np.dtype(dtype).name
+    if name not in CUDA_R:
+        return f"numba: cuBLAS has no {name} GEMM here (integer products use the numba kernel)"
+    return f"cublas: {api.describe}"
+
+
+def available(dtype) -> bool:
+    return np.dtype(dtype).name in CUDA_R and _load()[0] is not None
+
+
+def _ptr(buf) -> int:
+    return buf.block.ptr() + buf.offset * buf.dtype.itemsize
+
+
+def gemm(x, xs, y, ys, out, Bn, M, N, K, precision=None) -> bool:
+    """out (Bn, M, N contiguous) = x @ y by cuBLAS; False when cuBLAS cannot take it (the
+    caller runs the numba kernel). x/y are DeviceBuffers whose (batch, row, contract) /
+    (batch, contract, col) element strides are xs / ys from their offsets."""
+    if not available(x.dtype):
+        return False
+    from .arrays import pool
+    from .elementwise import contiguous
+    args = plan(Bn, M, N, K, xs, ys)
+    if args is None:   # a layout cuBLAS cannot read: copy the operand(s) it cannot
+        if plan(Bn, M, N, K, xs, (0, N, 1)) is None:
+            x = contiguous(x.view((Bn, M, K), xs, x.offset))
+            xs = (M * K, K, 1)
+        if plan(Bn, M, N, K, xs, ys) is None:
+            y = contiguous(y.view((Bn, K, N), ys, y.offset))
+            ys = (K * N, N, 1)
+        args = plan(Bn, M, N, K, xs, ys)
+        if args is None:
+            return False
+    ta, tb, m, n, k, lda, sa, ldb, sb, ldc, sc, batch = args
+    dt = CUDA_R[x.dtype.name]
+    scal = "float64" if x.dtype.name == "float64" else "float32"
+    ws = pool().empty((WORKSPACE,), np.uint8)
+    if runtime.dry_run:   # compile.dry_run records numba launches only
+        return True
+    s = runtime.stream()
+    stream = 0 if isinstance(s, int) else int(s.handle)
+    full = (ta, tb, m, n, k, _ONE[scal].ctypes.data, _ptr(y), dt, lda, sa, _ptr(x), dt, ldb,
+            sb, _ZERO[scal].ctypes.data, _ptr(out), dt, ldc, sc, batch,
+            compute_type(x.dtype, precision), GEMM_DEFAULT)
+    try:
+        _state["api"].gemm(stream, _ptr(ws), WORKSPACE, full)
+    except Exception as e:   # noqa: BLE001 - name the product that failed
+        raise RuntimeError(f"cuBLAS GEMM failed for {x.dtype.name} batch={Bn} M={M} N={N} "
+                           f"K={K} (precision={precision}): {e}") from e
+    return True
