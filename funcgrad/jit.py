@@ -248,6 +248,17 @@ def jit(fun: Callable, static_argnums=(), static_argnames=(), donate_argnums=())
         low = None
         if not static and not static_names and core.current_builder() is None:
             low, vals = _fast(args, kwargs)
+            if low is not None and low._exe is not None and not config.debug_nans:
+                # the steady state of a loop: compiled, all arguments Arrays on the device
+                deleted = core.DeletedBuffer
+                for v in vals:
+                    if type(v.buf) is deleted:
+                        v.buf.data   # raises: a donated (deleted) array passed again
+                stats["calls"] += 1
+                outs = low._exe(vals)
+                if low.donate:
+                    _delete_donated(low, vals, name)
+                return tree_unflatten(low.closed.out_tree, outs)
         if low is None:
             low, vals = _cached(args, kwargs)
             if (not static and not static_names
@@ -276,10 +287,7 @@ def jit(fun: Callable, static_argnums=(), static_argnames=(), donate_argnums=())
             args_dev.append(v)
         outs = exe(args_dev)
         if low.donate:
-            why = f"it was donated to jit({name}) (donate_argnums) at {core.user_frame_src()}"
-            for i in low.donate:
-                if type(vals[i]) is Array:
-                    vals[i].buf = core.DeletedBuffer(why)
+            _delete_donated(low, vals, name)
         return tree_unflatten(closed.out_tree, outs)
 
     wrapped.lower = lower
@@ -291,6 +299,14 @@ def jit(fun: Callable, static_argnums=(), static_argnames=(), donate_argnums=())
     wrapped.clear_cache = clear_cache
     wrapped._cache_size = lambda: len(cache)
     return wrapped
+
+
+def _delete_donated(low, vals, name):
+    """donate_argnums: the donated Arrays are deleted (reading one raises, naming the call)."""
+    why = f"it was donated to jit({name}) (donate_argnums) at {core.user_frame_src()}"
+    for i in low.donate:
+        if type(vals[i]) is Array:
+            vals[i].buf = core.DeletedBuffer(why)
 
 
 def _static_positions(fun, static, static_names):

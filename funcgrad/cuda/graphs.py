@@ -19,7 +19,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from ..core import source_info
+from ..core import Array, source_info
 from . import arrays, memplan, runtime
 from .arrays import DeviceBuffer, c_strides
 
@@ -53,6 +53,7 @@ class GraphSet:
     def __init__(self, plan):
         from cuda.bindings import driver as cb
         self.plan = plan
+        self.avals = [o.aval for o in plan.expr.outs]
         self.entries: OrderedDict = OrderedDict()
         self.last: list = []
         self.staging: dict = {}
@@ -72,8 +73,7 @@ class GraphSet:
     # the call -------------------------------------------------------------------------------
 
     def __call__(self, bufs):
-        if self.counts.any():
-            self.check()
+        """Replay for argument buffers `bufs` (contiguous); returns the result Arrays."""
         plan = self.plan
         s = plan.choose_set(bufs)
         last = self.last
@@ -109,20 +109,23 @@ class GraphSet:
         return self._results(entry, bufs, s)
 
     def _results(self, entry, bufs, s):
+        """The call's result Arrays, from templates made at capture (no per-call checks)."""
         raws = self.plan.out_set(s)
         blocks, outs = {}, []
         make, PlanBlock = DeviceBuffer.make, memplan.PlanBlock
-        for kind, a, shape, strides, offset, dtype, contig in entry.templates:
+        for (kind, a, shape, strides, offset, dtype, contig), aval in zip(entry.templates,
+                                                                          self.avals):
             if kind == "slot":
                 blk = blocks.get(a)
                 if blk is None:
                     blk = blocks[a] = PlanBlock(raws[a], self.plan, s)
-                outs.append(make(blk, shape, strides, offset, dtype, contig))
+                b = make(blk, shape, strides, offset, dtype, contig)
             elif kind == "input":
-                b = bufs[a]
-                outs.append(make(b.block, shape, strides, b.offset + offset, dtype, contig))
+                i = bufs[a]
+                b = make(i.block, shape, strides, i.offset + offset, dtype, contig)
             else:
-                outs.append(a)
+                b = a
+            outs.append(Array(b, aval, "cuda"))
         self.plan.live[s] = [weakref.ref(b) for b in blocks.values()]
         return outs
 
