@@ -221,31 +221,17 @@ def test_split_products_and_kernels_equal_unsplit(monkeypatch, rng):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
 
 
-def test_pair_runs_each_half_once_steals_from_a_late_helper_and_raises():
+def test_chunks_run_once_each_without_waiting_for_a_late_helper_and_raise():
     import os as _os
-    from funcgrad.backends.cpu_parallel import Pair
+    from funcgrad.backends.cpu_parallel import Pair, bounds
     pair, seen = Pair(), []
-    for k in range(200):
-        pair.run(lambda k=k: seen.append(("a", k)), lambda k=k: seen.append(("b", k)))
-    assert sorted(seen) == sorted([(h, k) for k in range(200) for h in "ab"])
+    for k in range(100):
+        pair.run([lambda k=k, j=j: seen.append((j, k)) for j in range(4)])
+    assert sorted(seen) == sorted((j, k) for k in range(100) for j in range(4))
     with pytest.raises(ZeroDivisionError):
-        pair.run(lambda: None, lambda: 1 / 0)
+        pair.run([lambda: None, lambda: 1 / 0, lambda: None])
     late, ran = Pair(), []
-    late._pid = _os.getpid()   # a helper that never runs: the caller does both halves
-    late.run(lambda: ran.append("a"), lambda: ran.append("b"))
-    assert ran == ["a", "b"]
-
-
-def test_a_kernel_numba_refuses_sends_the_plan_back_to_numpy(monkeypatch, tmp_path, rng):
-    from funcgrad.backends import cpu_ops
-    monkeypatch.setenv("FUNCGRAD_CPU_FUSE_AFTER", "0")
-    monkeypatch.setenv("FUNCGRAD_CACHE_DIR", str(tmp_path))
-    n, tmpl, helpers = cpu_ops.OPS["add"]
-    monkeypatch.setitem(cpu_ops.OPS, "add", (n, lambda a, t: f"no_such_fn({a[0]})", helpers))
-    f = jit(lambda x: x * 3.0 + 1.0)
-    x = rng.standard_normal((4, 3)).astype(np.float32)
-    with pytest.warns(RuntimeWarning, match="failed to compile"):
-        got = f(x)
-    np.testing.assert_array_equal(np.asarray(got), x * np.float32(3) + np.float32(1))
-    assert not f.lower(x).compile().fused
-    np.testing.assert_array_equal(np.asarray(f(x)), np.asarray(got))
+    late._pid = _os.getpid()   # a helper that never runs: the caller does every chunk
+    late.run([lambda j=j: ran.append(j) for j in range(3)])
+    assert ran == [0, 1, 2]
+    assert bounds(10, 4) == [(0, 2), (2, 5), (5, 7), (7, 10)] and bounds(2, 4) == [(0, 1), (1, 2)]

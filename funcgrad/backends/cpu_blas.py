@@ -1,12 +1,12 @@
 """Matrix products on the CPU: np.matmul into planned buffers, small ones on one BLAS thread,
-large ones in two halves on two threads (cpu_parallel) rather than on OpenBLAS's pool.
+large ones in blocks shared by two threads (cpu_parallel) rather than on OpenBLAS's pool.
 
 OpenBLAS splits every product above ~2^18 multiply-adds over all its threads. On a machine
 whose cores are shared, a small product then waits for a descheduled thread: a 128^3 product
 took 38 us with one core free and 5 ms when another process held it (development VM, 2 cores).
 Products under `serial_flops()` run on one thread (barely slower when the machine is idle);
-larger ones are split in two by cpu_parallel, whose caller takes back a half that the helper
-thread has not started. Where numpy's BLAS is not a loaded OpenBLAS, nothing changes.
+larger ones are split in blocks that the caller and a helper thread take in turn
+(cpu_parallel), so a descheduled helper delays the product by one block at most. Where numpy's BLAS is not a loaded OpenBLAS, nothing changes.
 """
 from __future__ import annotations
 
@@ -95,8 +95,8 @@ def one_thread():
 
 def matmul_into(m: int, n: int, k: int):
     """f(a, b, out): np.matmul(a, b, out=out) of an (m, k) by (k, n) product: on one BLAS
-    thread when it is small, in two halves on one BLAS thread each (cpu_parallel) when it is
-    large, else on OpenBLAS's own threads."""
+    thread when it is small, in blocks over two threads with one BLAS thread each
+    (cpu_parallel) when it is large, else on OpenBLAS's own threads."""
     flops = 2 * m * n * k
     split = cpu_parallel.split_min_flops()
     one = one_thread()
@@ -114,21 +114,22 @@ def matmul_into(m: int, n: int, k: int):
 
 
 def _split(m, n, one):
-    """Halves of the product's rows (or columns, when there are more of them) on two threads."""
+    """Row blocks of the product (column blocks, when there are more columns) shared by two
+    threads (cpu_parallel), each on one BLAS thread."""
     if m >= n:
-        h = m // 2
+        parts = cpu_parallel.bounds(m)
 
-        def halves(a, b, out):
-            return ((lambda: np.matmul(a[:h], b, out=out[:h])),
-                    (lambda: np.matmul(a[h:], b, out=out[h:])))
+        def chunks(a, b, out):
+            return [lambda lo=lo, hi=hi: np.matmul(a[lo:hi], b, out=out[lo:hi])
+                    for lo, hi in parts]
     else:
-        h = n // 2
+        parts = cpu_parallel.bounds(n)
 
-        def halves(a, b, out):
-            return ((lambda: np.matmul(a, b[:, :h], out=out[:, :h])),
-                    (lambda: np.matmul(a, b[:, h:], out=out[:, h:])))
+        def chunks(a, b, out):
+            return [lambda lo=lo, hi=hi: np.matmul(a, b[:, lo:hi], out=out[:, lo:hi])
+                    for lo, hi in parts]
 
     def run_split(a, b, out):
         with one:
-            cpu_parallel.run_pair(*halves(a, b, out))
+            cpu_parallel.run_chunks(chunks(a, b, out))
     return run_split

@@ -1,32 +1,52 @@
-"""Two-way parallelism that survives a busy core: one helper thread, and the caller steals back
-the helper's half when the helper has not started it by the time the caller's half is done.
+"""Two-way parallelism that survives a busy core: the caller and one helper thread take chunks
+of a task from a shared counter until none is left, so the caller never waits for a chunk the
+helper has not started, only for the one it is running.
 
 Fork-join pools that split work over every core (OpenBLAS's, OpenMP's) wait for each part; on a
 machine whose cores are shared, a part whose thread is descheduled stalls the whole call for a
 scheduler tick or more: a 205-MFLOP product took 1.2 ms on two idle cores and ~90 ms with another
-process on one of them (development VM). Here nothing waits for a thread that never ran: the
-worst case is the serial time plus a wake-up (~10-30 us), so only work of a millisecond or so is
-split (matrix products, large fused kernels; both run without the GIL).
+process on one of them (development VM). Here the worst case is the serial time plus one chunk
+and a wake-up (~10-30 us), so only work of a millisecond or so is split (matrix products, large
+fused kernels; both run without the GIL).
 """
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 
 
 class _Task:
-    __slots__ = ("fn", "claim", "done", "error")
+    __slots__ = ("fns", "next", "left", "lock", "done", "error")
 
-    def __init__(self, fn):
-        self.fn = fn
-        self.claim = threading.Lock()
+    def __init__(self, fns):
+        self.fns = fns
+        self.next = itertools.count().__next__   # atomic under the GIL
+        self.left = len(fns)
+        self.lock = threading.Lock()
         self.done = threading.Lock()
         self.done.acquire()
         self.error = None
 
+    def work(self):
+        """Runs chunks until none is left to take."""
+        n = len(self.fns)
+        while True:
+            i = self.next()
+            if i >= n:
+                return
+            try:
+                self.fns[i]()
+            except BaseException as e:   # handed to the caller, which raises it
+                self.error = self.error or e
+            with self.lock:
+                self.left -= 1
+                if self.left == 0:
+                    self.done.release()
+
 
 class Pair:
-    """run(fa, fb): fa() here, fb() on the helper thread, or here too if the helper is late."""
+    """run(fns): every fns[i]() once, by the caller and a helper thread together."""
 
     def __init__(self):
         self._busy = threading.Lock()
@@ -42,32 +62,24 @@ class Pair:
         while True:
             self._go.acquire()
             t = self._task
-            if t.claim.acquire(blocking=False):
-                try:
-                    t.fn()
-                except BaseException as e:   # handed to the caller, which raises it
-                    t.error = e
-                t.done.release()
+            if t is not None:
+                t.work()
 
-    def run(self, fa, fb):
+    def run(self, fns):
         if not self._busy.acquire(blocking=False):   # another thread is splitting: run inline
-            fa()
-            fb()
+            for f in fns:
+                f()
             return
         try:
             if self._pid != os.getpid():   # first use, or a forked child (threads are gone)
                 self._start()
-            t = self._task = _Task(fb)
+            t = self._task = _Task(fns)
             self._go.release()
-            try:
-                fa()
-            finally:
-                if t.claim.acquire(blocking=False):   # the helper never started: steal it
-                    t.fn()
-                else:
-                    t.done.acquire()
-                    if t.error is not None:
-                        raise t.error
+            t.work()
+            t.done.acquire()   # at most the chunk the helper is running
+            self._task = None
+            if t.error is not None:
+                raise t.error
         finally:
             self._busy.release()
 
@@ -76,21 +88,31 @@ _pair = Pair()
 
 
 def split_min_flops() -> int | None:
-    """Work (flops) from which a product or kernel is split in two; None: never
-    (FUNCGRAD_CPU_SPLIT=0). Set with FUNCGRAD_CPU_SPLIT_FLOPS."""
+    """Work (flops) from which a product is split; None: never (FUNCGRAD_CPU_SPLIT=0). Set
+    with FUNCGRAD_CPU_SPLIT_FLOPS."""
     if os.environ.get("FUNCGRAD_CPU_SPLIT", "1") == "0" or os.cpu_count() == 1:
         return None
     return int(os.environ.get("FUNCGRAD_CPU_SPLIT_FLOPS", str(1 << 25)))
 
 
 def split_min_work() -> int | None:
-    """Elements times ops of a fused kernel from which it is split in two (~0.2 ms of work);
-    None: never. Set with FUNCGRAD_CPU_SPLIT_WORK."""
+    """Elements times ops of a fused kernel from which it is split (~0.2 ms of work); None:
+    never. Set with FUNCGRAD_CPU_SPLIT_WORK."""
     if split_min_flops() is None:
         return None
     return int(os.environ.get("FUNCGRAD_CPU_SPLIT_WORK", str(1 << 21)))
 
 
-def run_pair(fa, fb):
-    """fa() and fb(), concurrently where a second core is free."""
-    _pair.run(fa, fb)
+CHUNKS = 4   # per split task: a late helper costs the caller at most a quarter of the work
+
+
+def bounds(n: int, chunks: int = CHUNKS) -> list:
+    """[(lo, hi), ...]: [0, n) in up to `chunks` near-equal parts."""
+    k = max(1, min(chunks, n))
+    cut = [n * j // k for j in range(k + 1)]
+    return [(a, b) for a, b in zip(cut, cut[1:]) if b > a]
+
+
+def run_chunks(fns):
+    """Every fns[i]() once, concurrently where a second core is free."""
+    _pair.run(fns)

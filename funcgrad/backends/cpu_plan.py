@@ -8,7 +8,7 @@ given by liveness (cpu_memory); results the caller receives are fresh arrays.
 Kernels are compiled when a plan has run FUNCGRAD_CPU_FUSE_AFTER times (default 2: a function
 called once or twice never waits for numba); until then, and for clusters that njit cannot
 take (float16), elementwise equations run as numpy calls. FUNCGRAD_CPU_FUSE=0 turns kernels off.
-Kernels and products of a few ms of work run in two halves on two threads (cpu_parallel).
+Kernels and products of a millisecond or more run in chunks over two threads (cpu_parallel).
 """
 from __future__ import annotations
 
@@ -375,11 +375,12 @@ def _steps(expr, fuse):
 
 
 def _halves(kernel, n):
-    """kernel(*args, lo, hi) over [0, n) in two halves, concurrently where a core is free."""
-    h = n // 2
+    """kernel(*args, lo, hi) over [0, n) in chunks shared by two threads (cpu_parallel)."""
+    parts = cpu_parallel.bounds(n)
 
     def run(*args):
-        cpu_parallel.run_pair(lambda: kernel(*args, 0, h), lambda: kernel(*args, h, n))
+        cpu_parallel.run_chunks([lambda lo=lo, hi=hi: kernel(*args, lo, hi)
+                                 for lo, hi in parts])
     return run
 
 
