@@ -41,6 +41,23 @@ class numba_only:
         blas._state.update(self.saved)
 
 
+class strided_only:
+    """Within this block batch-1 products also take cublasGemmStridedBatchedEx (nvmath binding):
+    what blas.py did before it called cublasGemmEx for them."""
+
+    def __enter__(self):
+        api = self.api = blas._state["api"]
+
+        def gemm(stream, ws, nbytes, args):
+            api.cb.set_stream(api.handle, stream)
+            api.cb.set_workspace(api.handle, ws, nbytes)
+            api.cb.gemm_strided_batched_ex(api.handle, *args)
+        api.gemm = gemm
+
+    def __exit__(self, *exc):
+        del self.api.gemm
+
+
 # (name, batch, M, N, K, dimension_numbers of x (B?, M, K) / y, x transposed?, y transposed?)
 SHAPES = [
     ("W1 784->1024 fwd", 1, 512, 1024, 784, False, False),
@@ -100,6 +117,12 @@ def w4(rng, quick):
     for impl, f in (("funcgrad_jit_cublas_fp32", fp32), ("funcgrad_jit_cublas_tf32", tf32)):
         ms = _time(f, a, b, reps=10) * 1e3
         emit(what="W4_matmul4096_ms", impl=impl, value=ms, TFLOPs=flops / ms / 1e9)
+    if type(blas._state.get("api")).__name__ == "_Nvmath":
+        with strided_only():   # fresh jits: a plan replays the GEMM it captured
+            for impl, prec in (("fp32", None), ("tf32", "tensorfloat32")):
+                ms = _time(_product(False, False, prec), a, b, reps=10) * 1e3
+                emit(what="W4_matmul4096_ms", impl=f"funcgrad_jit_cublas_strided1_{impl}",
+                     value=ms, TFLOPs=flops / ms / 1e9)
     # the config switch: the same jitted function retraces with TF32
     funcgrad.config.update("default_matmul_precision", "tensorfloat32")
     ms = _time(fp32, a, b, reps=10) * 1e3
@@ -134,6 +157,11 @@ def shapes(rng):
         row = {"what": "gemm_ms", "shape": name}
         for impl, prec in (("cublas_fp32", None), ("cublas_tf32", "tensorfloat32")):
             row[impl] = _time(_product(ta, tb, prec), x, y) * 1e3
+        if B == 1 and type(blas._state.get("api")).__name__ == "_Nvmath":
+            with strided_only():
+                row["cublas_strided1_fp32"] = _time(_product(ta, tb, None), x, y) * 1e3
+                row["cublas_strided1_tf32"] = _time(_product(ta, tb, "tensorfloat32"), x,
+                                                    y) * 1e3
         with numba_only():
             row["numba_fp32"] = _time(_product(ta, tb, None), x, y) * 1e3
         row["torch_fp32"] = torch_ms(M, N, K, B, ta, tb, False)

@@ -118,6 +118,12 @@ def _preload_cublas() -> str:
     return ""
 
 
+def unbatched(args):
+    """cublasGemmEx's arguments from cublasGemmStridedBatchedEx's (batch 1: cuBLAS's
+    heuristics for the plain call picked faster kernels on narrow products, H200)."""
+    return args[:9] + args[10:13] + args[14:18] + args[20:]
+
+
 class _Nvmath:
     """nvmath-python's low-level cuBLAS bindings (raw pointers, a handle, a stream)."""
 
@@ -133,7 +139,10 @@ class _Nvmath:
         cb, h = self.cb, self.handle
         cb.set_stream(h, stream)
         cb.set_workspace(h, ws, nbytes)   # after set_stream, which resets it
-        cb.gemm_strided_batched_ex(h, *args)
+        if args[19] == 1:
+            cb.gemm_ex(h, *unbatched(args))
+        else:
+            cb.gemm_strided_batched_ex(h, *args)
 
 
 class _Cupy:
@@ -151,7 +160,10 @@ class _Cupy:
         cp = self.cupy
         s = cp.cuda.ExternalStream(stream) if stream else cp.cuda.Stream.null
         with s:
-            self.cb.gemmStridedBatchedEx(self.handle, *args)
+            if args[19] == 1:
+                self.cb.gemmEx(self.handle, *unbatched(args))
+            else:
+                self.cb.gemmStridedBatchedEx(self.handle, *args)
 
 
 def _gpu():
