@@ -3,7 +3,8 @@ numba kernel, beside torch (allow_tf32 False/True) in the same process. One JSON
 
 W4 is 4096^3 float32 under funcgrad.jit; the other shapes are the W1/W2 products (MLP layers,
 GPT projections, per-head attention scores) with transposed and batched operands.
-Usage: python benchmarks/bench_gemm.py [--quick]
+Usage: python benchmarks/bench_gemm.py [--quick] [--w2]
+(--quick: no numba-kernel figures; --w2: only W2's GPT step, in fp32 then with TF32.)
 """
 from __future__ import annotations
 
@@ -150,7 +151,7 @@ def w4(rng, quick):
              max_rel=float(np.max(np.abs(got - ex)) / np.max(np.abs(ex))))
 
 
-def shapes(rng):
+def shapes(rng, quick):
     for name, B, M, N, K, ta, tb in SHAPES:
         x, y = _operands(rng, B, M, N, K, ta, tb)
         flops = 2 * B * M * N * K
@@ -162,8 +163,9 @@ def shapes(rng):
                 row["cublas_strided1_fp32"] = _time(_product(ta, tb, None), x, y) * 1e3
                 row["cublas_strided1_tf32"] = _time(_product(ta, tb, "tensorfloat32"), x,
                                                     y) * 1e3
-        with numba_only():
-            row["numba_fp32"] = _time(_product(ta, tb, None), x, y) * 1e3
+        if not quick:
+            with numba_only():
+                row["numba_fp32"] = _time(_product(ta, tb, None), x, y) * 1e3
         row["torch_fp32"] = torch_ms(M, N, K, B, ta, tb, False)
         row["torch_tf32"] = torch_ms(M, N, K, B, ta, tb, True)
         row["TFLOPs"] = {k: round(flops / v / 1e9, 1) for k, v in row.items()
@@ -195,9 +197,16 @@ def main(argv):
     emit(what="versions", gpu=torch.cuda.get_device_name(0), torch=torch.__version__,
          gemm_backend=funcgrad.cuda.gemm_backend("float32"), date=time.strftime("%Y-%m-%d"))
     rng = np.random.default_rng(0)
-    w4(rng, quick)
-    graph_check(rng)
-    shapes(rng)
+    if "--w2" not in argv:
+        w4(rng, quick)
+        graph_check(rng)
+        shapes(rng, quick)
+    else:   # the GPT step (bench_gpu.py W2) in fp32, then with TF32 by config
+        import bench_gpu
+        bench_gpu.w2_gpt()
+        funcgrad.config.update("default_matmul_precision", "tensorfloat32")
+        bench_gpu.emit = lambda **kw: emit(**dict(kw, default_matmul_precision="tensorfloat32"))
+        bench_gpu.w2_gpt()
 
 
 if __name__ == "__main__":
