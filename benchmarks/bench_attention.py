@@ -1,6 +1,7 @@
 """Attention forward + backward at W2's shapes (batch 16, 6 heads, T 256, head dim 64, causal,
 fp32): funcgrad's fused flash attention vs the composed funcgrad path vs torch's
-scaled_dot_product_attention, in one process. One JSON line per figure.
+scaled_dot_product_attention, in one process; each kernel's compile time and time alone for
+several tile configurations. One JSON line per figure.
 
 Usage: python benchmarks/bench_attention.py [B N T H]
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -37,7 +39,75 @@ def fused(q, k, v):
     return nn.dot_product_attention(q, k, v, is_causal=True)
 
 
+def compile_times(h):
+    """Seconds to compile each kernel (Python source -> PTX, numba + NVVM) at head dim h."""
+    from numba import cuda, types
+
+    from funcgrad.cuda import attention as CA
+    from funcgrad.cuda import attention_src as AS
+    from funcgrad.cuda import runtime
+    runtime.load()
+    arr, i64 = types.float32[::1], types.int64
+    d = CA._pad_dim(h, h)
+    for mode in ("fwd", "stats", "dq", "dkv"):
+        cfg = AS.pick_config(mode, d, 4, False)
+        ns: dict = {}
+        exec(runtime.HEADER + AS.source(mode, np.dtype("float32"), np.dtype("float32"), d, cfg,
+                                        False, ""), ns)
+        nops = 3 if mode == "fwd" else 4
+        sig = ((arr,) + (i64,) * 5) * nops + ((arr, i64) if mode in ("dq", "dkv") else ()) + (
+            arr, i64) + (i64,) * 7 + (types.float64,)
+        t0 = time.perf_counter()
+        cuda.compile_ptx(ns["kernel"].py_func, sig, cc=(9, 0))
+        emit(what="compile_s", kernel=mode, config=cfg, value=time.perf_counter() - t0)
+
+
+def kernel_times(q, k, v, w, fwd_flop, reps=20):
+    """Each kernel alone (20 launches back to back), for every tile configuration tried."""
+    from numba import cuda
+
+    from funcgrad.attention_prim import _attn_impl, _stats_impl
+    from funcgrad.core import ShapedArray
+    from funcgrad.cuda import attention as CA
+    from funcgrad.cuda import attention_src as AS
+    from funcgrad.cuda.arrays import from_host
+    scale = 1 / np.sqrt(q.shape[-1])
+    o = _attn_impl(q, k, v, scale=scale, causal=True)
+    st = _stats_impl(q, k, o, w, scale=scale, causal=True)
+    qb, kb, vb, ob, gb, sb = (from_host(x) for x in (q, k, v, o, w, st))
+    b, t, n, h = q.shape
+    calls = {"fwd": (lambda: CA.attention(qb, kb, vb, scale, True,
+                                          ShapedArray(o.shape, o.dtype)), 2),
+             "stats": (lambda: CA.stats(qb, kb, ob, gb, scale, True,
+                                        ShapedArray(st.shape, st.dtype)), 1),
+             "dq": (lambda: CA.dq(qb, kb, vb, gb, sb, scale, True,
+                                  ShapedArray(q.shape, q.dtype)), 3),
+             "dkv": (lambda: CA.dkv(qb, kb, vb, gb, sb, scale, True,
+                                    ShapedArray((b, t, n, 2 * h), q.dtype)), 4)}
+    default = {m: list(c) for m, c in AS.GPU_CONFIGS.items()}
+    for mode, (call, units) in calls.items():
+        for cfg in [c for c in default[mode]
+                    if AS.smem_words(mode, 64, c[0], c[1]) * 4 <= AS.SMEM_WORDS_BYTES][:3] + \
+                EXTRA_CONFIGS.get(mode, []):
+            AS.GPU_CONFIGS[mode] = [cfg]
+            call()
+            cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                call()
+            cuda.synchronize()
+            ms = (time.perf_counter() - t0) / reps * 1e3
+            emit(what="kernel_ms", kernel=mode, config=cfg, value=ms,
+                 tflops=units * fwd_flop / 2 / ms / 1e9)
+        AS.GPU_CONFIGS[mode] = default[mode]
+
+
+EXTRA_CONFIGS = {"fwd": [(32, 64, 8, 16)], "stats": [(32, 64, 8, 16)],
+                 "dq": [(16, 32, 4, 8)], "dkv": [(16, 32, 4, 8)]}
+
+
 def main(b=16, n=6, t=256, h=64):
+    compile_times(h)
     rng = np.random.default_rng(0)
     q, k, v, w = (rng.standard_normal((b, t, n, h)).astype(np.float32) for _ in range(4))
     fwd_flop = 4 * b * n * t * t * h / 2          # two GEMMs, causal half
@@ -45,34 +115,29 @@ def main(b=16, n=6, t=256, h=64):
     dq, dk, dv, dw = (funcgrad.device_put(x, "cuda") for x in (q, k, v, w))
     emit(what="shape", b=b, n=n, t=t, h=h, causal=True, dtype="float32")
     outs = {}
-    for name, att in (("funcgrad_fused", fused), ("funcgrad_composed", composed)):
+    impls = [("funcgrad_fused", fused), ("funcgrad_composed", composed)]
+    if os.environ.get("BENCH_COMPOSED", "1") == "0":
+        impls = impls[:1]
+    for name, att in impls:
         fwd = funcgrad.jit(att)
         step = funcgrad.jit(funcgrad.value_and_grad(
             lambda q, k, v, att=att: fnp.sum(att(q, k, v) * dw), argnums=(0, 1, 2)))
-        outs[name] = (np.asarray(fwd(dq, dk, dv)), [np.asarray(g) for g in
-                                                     step(dq, dk, dv)[1]])
+        t0 = time.perf_counter()
+        o = np.asarray(fwd(dq, dk, dv))
+        t1 = time.perf_counter()
+        outs[name] = (o, [np.asarray(g) for g in step(dq, dk, dv)[1]])
+        emit(what="first_call_s", impl=name, fwd=t1 - t0, step=time.perf_counter() - t1)
         ms_f = median_seconds(lambda: fwd(dq, dk, dv).block_until_ready()) * 1e3
         ms_b = median_seconds(lambda: step(dq, dk, dv)[1][2].block_until_ready()) * 1e3
         emit(what="attention_fwd_ms", impl=name, value=ms_f, tflops=fwd_flop / ms_f / 1e9)
         emit(what="attention_fwd_bwd_ms", impl=name, value=ms_b,
              tflops=total_flop / ms_b / 1e9)
-    from funcgrad.cuda import attention as cuda_attention
-    default = cuda_attention.GPU_GEOMETRY
-    for geom in ((16, 4), (64, 2)):   # rows per block, lanes per row
-        cuda_attention.GPU_GEOMETRY = geom
-        step = funcgrad.jit(funcgrad.value_and_grad(
-            lambda q, k, v: fnp.sum(fused(q, k, v) * dw), argnums=(0, 1, 2)))
-        fwd = funcgrad.jit(fused)
-        ms_f = median_seconds(lambda: fwd(dq, dk, dv).block_until_ready()) * 1e3
-        ms_b = median_seconds(lambda: step(dq, dk, dv)[1][2].block_until_ready()) * 1e3
-        err = max(float(np.abs(np.asarray(a) - b).max())
-                  for a, b in zip(step(dq, dk, dv)[1], outs["funcgrad_fused"][1]))
-        emit(what="fused_geometry", rows_lanes=geom, fwd_ms=ms_f, fwd_bwd_ms=ms_b,
-             max_abs_grad_diff=err)
-    cuda_attention.GPU_GEOMETRY = default
-    (o1, g1), (o2, g2) = outs["funcgrad_fused"], outs["funcgrad_composed"]
-    emit(what="fused_vs_composed_max_abs", out=float(np.abs(o1 - o2).max()),
-         grads=[float(np.abs(a - c).max()) for a, c in zip(g1, g2)])
+    kernel_times(q, k, v, w, fwd_flop)
+    o1, g1 = outs["funcgrad_fused"]
+    if "funcgrad_composed" in outs:
+        o2, g2 = outs["funcgrad_composed"]
+        emit(what="fused_vs_composed_max_abs", out=float(np.abs(o1 - o2).max()),
+             grads=[float(np.abs(a - c).max()) for a, c in zip(g1, g2)])
     try:
         import torch
     except ImportError:

@@ -1,0 +1,323 @@
+"""Source generator of the flash-attention kernels (forward, stats, dq, dkv): register tiles.
+
+Each block owns BR rows (queries; keys for dkv) of one (batch, head) and streams the other side
+through shared memory in tiles of BC. Threads form a TY x TX grid; a thread holds rows
+ty + TY*i (i < MI) and streamed columns tx + TX*j (j < NJ) of every score tile, and output
+columns tx + TX*k (k < D/TX) of its rows, all in scalar registers. Every product is a small
+GEMM from shared memory: each k-step loads MI + NJ values for MI*NJ FMAs. Tiles live in shared
+memory transposed ([head dim][row], row stride R + 1), so row reads, column reads and the
+coalesced loads from global memory are all free of bank conflicts. Only the tile constants
+(BR, BC, TY, TX) and the padded head dim D (a power of two; outputs in registers) are baked in;
+head dims, lengths, strides and causality are runtime arguments, so loops stay loops and a
+kernel compiles in about a second. Row max/sum across a row's TX lanes use warp shuffles (shared
+memory under the simulator); all orders are fixed, so results are deterministic.
+"""
+from __future__ import annotations
+
+from .elementwise import compute_t, nbt
+
+SMEM_WORDS_BYTES = 48 * 1024
+# (BR, BC, TY, TX) in order of preference; the first whose shared memory fits is used
+GPU_CONFIGS = {
+    "fwd": [(64, 32, 16, 8), (32, 32, 8, 8), (16, 16, 8, 8), (8, 8, 4, 4)],
+    "stats": [(64, 32, 16, 8), (32, 32, 8, 8), (16, 16, 8, 8), (8, 8, 4, 4)],
+    "dq": [(32, 32, 8, 8), (16, 16, 8, 8), (8, 8, 4, 4)],
+    "dkv": [(32, 32, 8, 8), (16, 16, 8, 8), (8, 8, 4, 4)],
+}
+SIM_CONFIG = (4, 4, 2, 2)   # the simulator: 4 threads, 2 x 2 registers, every path on tiny shapes
+
+
+def smem_words(mode, D, BR, BC):
+    """Shared-memory words of one block (tiles, score scratch, per-query stats)."""
+    rows, cols, sc = D * (BR + 1), D * (BC + 1), BC * (BR + 1)
+    return {"fwd": rows + max(cols, sc) + cols, "stats": rows + cols,
+            "dq": 2 * rows + cols + max(cols, sc),
+            "dkv": 2 * rows + 2 * cols + 2 * sc + 2 * BC}[mode]
+
+
+def pick_config(mode, D, itemsize, sim):
+    """(BR, BC, TY, TX) for `mode` at padded head dim D."""
+    if sim:
+        return SIM_CONFIG
+    for cfg in GPU_CONFIGS[mode]:
+        if smem_words(mode, D, cfg[0], cfg[1]) * itemsize <= SMEM_WORDS_BYTES:
+            return cfg
+    raise ValueError(f"attention: head dim {D} does not fit shared memory")
+
+
+def _operand(name):
+    return f"{name.upper()}a, {name}o, {name}s0, {name}s1, {name}s2, {name}s3"
+
+
+class _Gen:
+    def __init__(self, mode, dtype, st_dtype, D, cfg, sim):
+        self.mode, self.D, self.sim = mode, D, sim
+        self.BR, self.BC, self.TY, self.TX = cfg
+        self.MI, self.NJ = self.BR // self.TY, self.BC // self.TX
+        self.OC = D // self.TX
+        self.NT = self.TY * self.TX
+        self.ct, self.out = compute_t(dtype), nbt(dtype)
+        self.st_out = nbt(st_dtype)
+        self.L: list[str] = []
+
+    def emit(self, ind, *lines):
+        self.L += [("    " * ind) + x for x in lines]
+
+    def load_tile(self, ind, r0, limit, R, ops):
+        """For each (op, head, width, base) of ops: sm[base + d * (R + 1) + r] =
+        op[b, r0 + r, head, d] (0 outside [0, limit) x [0, width)) for r < R, d < D.
+        Consecutive threads read consecutive d; four loads per operand in flight."""
+        D, NT, ct = self.D, self.NT, self.ct
+        total, U = R * D, 4
+        tail = total % (NT * U) != 0
+        self.emit(ind, f"for i0 in range(tid, {total}, {NT * U}):",
+                  f"    for u in range({U}):", f"        i = i0 + u * {NT}",
+                  f"        r = i // {D}", f"        d = i - r * {D}", f"        rr = {r0} + r",
+                  f"        ok = {f'i < {total} and ' if tail else ''}rr < {limit}")
+        for n_, (op, head, width, _) in enumerate(ops):
+            self.emit(ind + 2, f"x = {ct}(0)", f"if ok and d < {width}:",
+                      f"    x = {ct}({op.upper()}a[uint64({op}o + b * {op}s0 + rr * {op}s1 + "
+                      f"{head} * {op}s2 + d * {op}s3)])", f"xl[u + {U * n_}] = x")
+        self.emit(ind + 1, f"for u in range({U}):", f"    i = i0 + u * {NT}",
+                  f"    a_ = (i - (i // {D}) * {D}) * {R + 1} + i // {D}")
+        pre = ""
+        if tail:
+            self.emit(ind + 2, f"if i < {total}:")
+            pre = "    "
+        for n_, (_, _, _, base) in enumerate(ops):
+            self.emit(ind + 2, f"{pre}sm[uint64({base} + a_)] = xl[u + {U * n_}]")
+
+    def mm_rows_cols(self, ind, acc, abase, AR, bbase, BR_, klen):
+        """acc[i, j] = sum_k A[k][ty + TY i] * B[k][tx + TX j] (tiles [k][row], stride +1)."""
+        MI, NJ, TY, TX, ct = self.MI, self.NJ, self.TY, self.TX, self.ct
+        self.emit(ind, f"for i in range({MI}):", f"    for j in range({NJ}):",
+                  f"        {acc}[i, j] = {ct}(0)",
+                  f"pa = uint64({abase} + ty)", f"pb = uint64({bbase} + tx)",
+                  f"for kk in range({klen}):",
+                  f"    for i in range({MI}):", f"        av[i] = sm[pa + uint64(i * {TY})]",
+                  f"    for j in range({NJ}):", f"        bv[j] = sm[pb + uint64(j * {TX})]",
+                  f"    for i in range({MI}):", f"        for j in range({NJ}):",
+                  f"            {acc}[i, j] += av[i] * bv[j]",
+                  f"    pa += uint64({AR + 1})", f"    pb += uint64({BR_ + 1})")
+
+    def mm_scores_out(self, ind, pairs, klen):
+        """For each (acc, sbase, obase, OR): acc[i, k] += sum_c S[c][ty + TY i] *
+        O[tx + TX k][c] (S stored [c][row] with stride BR + 1, O [col][c] stride OR + 1)."""
+        MI, OC, TY, TX, BR = self.MI, self.OC, self.TY, self.TX, self.BR
+        for n_, (_, sbase, obase, OR) in enumerate(pairs):
+            self.emit(ind, f"ps{n_} = uint64({sbase} + ty)",
+                      f"po{n_} = uint64({obase} + tx * {OR + 1})")
+        self.emit(ind, f"for c in range({klen}):")
+        for n_, (acc, _, _, OR) in enumerate(pairs):
+            self.emit(ind + 1, f"for i in range({MI}):",
+                      f"    av[i] = sm[ps{n_} + uint64(i * {TY})]",
+                      f"for k in range({OC}):",
+                      f"    wv[k] = sm[po{n_} + uint64(k * {TX * (OR + 1)})]",
+                      f"for i in range({MI}):", f"    for k in range({OC}):",
+                      f"        {acc}[i, k] += av[i] * wv[k]",
+                      f"ps{n_} += uint64({BR + 1})", f"po{n_} += uint64(1)")
+
+    def group(self, ind, var, op):
+        """var <- the max / sum of var over the TX lanes of this thread's row group."""
+        comb = (lambda a, b: f"max({a}, {b})") if op == "max" else (lambda a, b: f"{a} + {b}")
+        if not self.sim:
+            off = self.TX // 2
+            while off:
+                self.emit(ind, f"{var} = "
+                          f"{comb(var, f'cuda.shfl_xor_sync(0xffffffff, {var}, {off})')}")
+                off //= 2
+            return
+        self.emit(ind, f"red[tid] = {var}", "cuda.syncthreads()", f"v_ = red[tid - tx]",
+                  f"for u in range(1, {self.TX}):", f"    v_ = {comb('v_', 'red[tid - tx + u]')}",
+                  "cuda.syncthreads()", f"{var} = v_")
+
+    def local(self, name, *shape):
+        self.emit(1, f"{name} = cuda.local.array({shape if len(shape) > 1 else shape[0]}, "
+                  f"{self.ct})")
+
+    def header(self, ops, extra, out):
+        ct = self.ct
+        words = smem_words(self.mode, self.D, self.BR, self.BC)
+        self.emit(0, "", "@cuda.jit(OPTS)",
+                  f"def kernel({', '.join(_operand(x) for x in ops)}{extra}, {out}, outo, "
+                  "T, S, N, G, H, HV, causal, scale_):")
+        self.emit(1, f"sm = cuda.shared.array({words}, {ct})")
+        if self.sim:
+            self.emit(1, f"red = cuda.shared.array({self.NT}, {ct})")
+        self.emit(1, "tid = cuda.threadIdx.x", f"ty = tid // {self.TX}",
+                  f"tx = tid - ty * {self.TX}", f"sc = {ct}(scale_)", f"NEG = {ct}(-math.inf)",
+                  f"POS = {ct}(math.inf)")
+        self.local("xl", 8)
+        self.local("av", self.MI)
+        self.local("bv", self.NJ)
+        self.local("wv", self.OC)
+
+
+def _query_rows(g):
+    """Prologue of the query-row kernels: the row tile (heaviest causal tiles first)."""
+    g.emit(1, "bn = cuda.blockIdx.x", "b = bn // N", "n = bn - b * N", "kh = n // G",
+           f"row0 = (cuda.gridDim.y - 1 - cuda.blockIdx.y) * {g.BR}",
+           f"lim = min(S, row0 + {g.BR}) if causal else S")
+
+
+def _zero(g, ind, name, n1, n2):
+    g.emit(ind, f"for i in range({n1}):", f"    for j in range({n2}):",
+           f"        {name}[i, j] = {g.ct}(0)")
+
+
+def _store_scores(g, ind, base, var, expr=None):
+    """sm[base + col * (BR + 1) + row] = var[i, j] (the score tile, transposed)."""
+    g.emit(ind, f"for i in range({g.MI}):", f"    for j in range({g.NJ}):",
+           f"        sm[uint64({base} + (tx + j * {g.TX}) * {g.BR + 1} + ty + i * {g.TY})] = "
+           f"{expr or var + '[i, j]'}")
+
+
+def _fwd_like(g, stats):
+    D, BR, BC, MI, NJ, OC, TY, TX, ct = (g.D, g.BR, g.BC, g.MI, g.NJ, g.OC, g.TY, g.TX, g.ct)
+    QB, KB = 0, D * (BR + 1)
+    VB = KB + max(D * (BC + 1), BC * (BR + 1))
+    ops = ["q", "k", "o", "g"] if stats else ["q", "k", "v"]
+    g.header(ops, "", "ST" if stats else "O")
+    g.local("s", MI, NJ)
+    g.local("m", MI)
+    g.local("l", MI)
+    _query_rows(g)
+    g.load_tile(1, "row0", "T", BR, [("q", "n", "H", QB)])
+    g.emit(1, f"for i in range({MI}):", "    m[i] = NEG", f"    l[i] = {ct}(0)")
+    if not stats:
+        g.local("o", MI, OC)
+        _zero(g, 1, "o", MI, OC)
+    g.emit(1, f"for c0 in range(0, lim, {BC}):")
+    g.load_tile(2, "c0", "S", BC,
+                [("k", "kh", "H", KB)] + ([] if stats else [("v", "kh", "HV", VB)]))
+    g.emit(2, "cuda.syncthreads()")
+    g.mm_rows_cols(2, "s", QB, BR, KB, BC, "H")
+    # online softmax: row max over the row's lanes, rescale the running sums / outputs
+    g.emit(2, f"for i in range({MI}):", f"    row = row0 + ty + i * {TY}", "    mx = NEG",
+           f"    for j in range({NJ}):", f"        col = c0 + tx + j * {TX}",
+           "        x = s[i, j] * sc", "        if col >= S or (causal and col > row):",
+           "            x = NEG", "        s[i, j] = x", "        mx = max(mx, x)")
+    g.group(3, "mx", "max")
+    g.emit(3, "mn = max(m[i], mx)", f"mu = mn if mn > NEG else {ct}(0)",
+           "al = math.exp(m[i] - mu)", "m[i] = mn", f"ls = {ct}(0)",
+           f"for j in range({NJ}):", "    x = math.exp(s[i, j] - mu)", "    s[i, j] = x",
+           "    ls += x", "l[i] = l[i] * al + ls")
+    if not stats:
+        g.emit(3, f"for k in range({OC}):", "    o[i, k] *= al")
+    g.emit(2, "cuda.syncthreads()")
+    if not stats:   # P (transposed) over the K tile, then O += P V
+        _store_scores(g, 2, KB, "s")
+        g.emit(2, "cuda.syncthreads()")
+        g.mm_scores_out(2, [("o", KB, VB, BC)], f"min({BC}, lim - c0)")
+        g.emit(2, "cuda.syncthreads()")
+    g.emit(1, f"for i in range({MI}):", "    li = l[i]")
+    g.group(2, "li", "sum")
+    g.emit(2, f"t = row0 + ty + i * {TY}")
+    if stats:
+        g.emit(2, f"dsum = {ct}(0)", "if t < T:", f"    for e in range(tx, HV, {TX}):",
+               f"        dsum += ({ct}(Oa[oo + b * os0 + t * os1 + n * os2 + e * os3]) * "
+               f"{ct}(Ga[go + b * gs0 + t * gs1 + n * gs2 + e * gs3]))")
+        g.group(2, "dsum", "sum")
+        g.emit(2, "if t < T and tx == 0:", "    sti = outo + ((b * N + n) * T + t) * 2",
+               f"    ST[sti] = {g.st_out}(m[i] + math.log(li)) if li > 0 else {g.st_out}(NEG)",
+               f"    ST[sti + 1] = {g.st_out}(dsum)")
+        return
+    g.emit(2, f"inv = {ct}(1) / li if li > 0 else {ct}(0)", "if t < T:",
+           "    ob = outo + ((b * T + t) * N + n) * HV", f"    for k in range({OC}):",
+           f"        e = tx + k * {TX}", "        if e < HV:",
+           f"            O[uint64(ob + e)] = {g.out}(o[i, k] * inv)")
+
+
+def _dq(g):
+    D, BR, BC, MI, NJ, OC, TY, TX, ct = (g.D, g.BR, g.BC, g.MI, g.NJ, g.OC, g.TY, g.TX, g.ct)
+    QB, GB = 0, D * (BR + 1)
+    KB = 2 * D * (BR + 1)
+    VB = KB + D * (BC + 1)
+    g.header(["q", "k", "v", "g"], ", ST, sto", "DQ")
+    for name, shape in (("s", (MI, NJ)), ("p", (MI, NJ)), ("o", (MI, OC)), ("lse", (MI,)),
+                        ("dl", (MI,))):
+        g.local(name, *shape)
+    _query_rows(g)
+    g.load_tile(1, "row0", "T", BR, [("q", "n", "H", QB), ("g", "n", "HV", GB)])
+    # this thread's rows' logsumexp / delta (-inf lse -> +inf: its probabilities come out 0)
+    g.emit(1, f"for i in range({MI}):", f"    t = row0 + ty + i * {TY}",
+           f"    lse[i] = POS", f"    dl[i] = {ct}(0)", "    if t < T:",
+           "        sti = sto + ((b * N + n) * T + t) * 2",
+           f"        x = {ct}(ST[sti])", "        lse[i] = POS if x == NEG else x",
+           f"        dl[i] = {ct}(ST[sti + 1])")
+    _zero(g, 1, "o", MI, OC)
+    g.emit(1, f"for c0 in range(0, lim, {BC}):")
+    g.load_tile(2, "c0", "S", BC, [("k", "kh", "H", KB), ("v", "kh", "HV", VB)])
+    g.emit(2, "cuda.syncthreads()")
+    g.mm_rows_cols(2, "s", QB, BR, KB, BC, "H")
+    g.mm_rows_cols(2, "p", GB, BR, VB, BC, "HV")
+    g.emit(2, "cuda.syncthreads()")
+    # dS = P * (dP - delta), P = exp(s q.k - lse) (masked: 0), stored transposed over V
+    g.emit(2, f"for i in range({MI}):", f"    row = row0 + ty + i * {TY}",
+           f"    for j in range({NJ}):", f"        col = c0 + tx + j * {TX}",
+           "        x = math.exp(s[i, j] * sc - lse[i])",
+           "        if col >= S or (causal and col > row):", f"            x = {ct}(0)",
+           f"        sm[uint64({VB} + (tx + j * {TX}) * {BR + 1} + ty + i * {TY})] = "
+           "x * (p[i, j] - dl[i])")
+    g.emit(2, "cuda.syncthreads()")
+    g.mm_scores_out(2, [("o", VB, KB, BC)], f"min({BC}, lim - c0)")
+    g.emit(2, "cuda.syncthreads()")
+    g.emit(1, f"for i in range({MI}):", f"    t = row0 + ty + i * {TY}", "    if t < T:",
+           "        ob = outo + ((b * T + t) * N + n) * H", f"        for k in range({OC}):",
+           f"            d = tx + k * {TX}", "            if d < H:",
+           f"                DQ[uint64(ob + d)] = {g.out}(o[i, k] * sc)")
+
+
+def _dkv(g):
+    D, BR, BC, MI, NJ, OC, TY, TX, ct = (g.D, g.BR, g.BC, g.MI, g.NJ, g.OC, g.TY, g.TX, g.ct)
+    KB, VB = 0, D * (BR + 1)
+    QB = 2 * D * (BR + 1)
+    GB = QB + D * (BC + 1)
+    PB = GB + D * (BC + 1)
+    DB = PB + BC * (BR + 1)
+    LB = DB + BC * (BR + 1)
+    g.header(["q", "k", "v", "g"], ", ST, sto", "DKV")
+    for name, shape in (("s", (MI, NJ)), ("p", (MI, NJ)), ("dk", (MI, OC)), ("dv", (MI, OC))):
+        g.local(name, *shape)
+    g.emit(1, "KH = N // G", "bk = cuda.blockIdx.x", "b = bk // KH", "kh = bk - b * KH",
+           f"row0 = cuda.blockIdx.y * {BR}", f"start = (row0 // {BC}) * {BC} if causal else 0")
+    g.load_tile(1, "row0", "S", BR, [("k", "kh", "H", KB), ("v", "kh", "HV", VB)])
+    _zero(g, 1, "dk", MI, OC)
+    _zero(g, 1, "dv", MI, OC)
+    g.emit(1, "for gi in range(G):", "    n = kh * G + gi")
+    g.emit(2, f"for c0 in range(start, T, {BC}):")
+    g.load_tile(3, "c0", "T", BC, [("q", "n", "H", QB), ("g", "n", "HV", GB)])
+    g.emit(3, f"for j in range(tid, {BC}, {g.NT}):", "    t = c0 + j",
+           f"    lse_ = POS", f"    dl_ = {ct}(0)", "    if t < T:",
+           "        sti = sto + ((b * N + n) * T + t) * 2",
+           f"        x = {ct}(ST[sti])", "        lse_ = POS if x == NEG else x",
+           f"        dl_ = {ct}(ST[sti + 1])",
+           f"    sm[{LB} + j] = lse_", f"    sm[{LB + BC} + j] = dl_")
+    g.emit(3, "cuda.syncthreads()")
+    g.mm_rows_cols(3, "s", KB, BR, QB, BC, "H")
+    g.mm_rows_cols(3, "p", VB, BR, GB, BC, "HV")
+    # P^T and dS^T tiles ([query][key]); masked (query before key) entries 0
+    g.emit(3, f"for j in range({NJ}):", f"    cj = tx + j * {TX}", f"    lse_ = sm[{LB} + cj]",
+           f"    dl_ = sm[{LB + BC} + cj]", "    col = c0 + cj",
+           f"    for i in range({MI}):", f"        r = ty + i * {TY}",
+           "        x = math.exp(s[i, j] * sc - lse_)",
+           "        if causal and col < row0 + r:", f"            x = {ct}(0)",
+           f"        sm[uint64({PB} + cj * {BR + 1} + r)] = x",
+           f"        sm[uint64({DB} + cj * {BR + 1} + r)] = x * (p[i, j] - dl_)")
+    g.emit(3, "cuda.syncthreads()")
+    g.mm_scores_out(3, [("dv", PB, GB, BC), ("dk", DB, QB, BC)], f"min({BC}, T - c0)")
+    g.emit(3, "cuda.syncthreads()")
+    g.emit(1, f"for i in range({MI}):", f"    s_ = row0 + ty + i * {TY}", "    if s_ < S:",
+           "        ob = outo + ((b * S + s_) * KH + kh) * (H + HV)",
+           f"        for k in range({OC}):", f"            d = tx + k * {TX}",
+           "            if d < H:",
+           f"                DKV[uint64(ob + d)] = {g.out}(dk[i, k] * sc)",
+           "            if d < HV:", f"                DKV[uint64(ob + H + d)] = {g.out}(dv[i, k])")
+
+
+def source(mode, dtype, st_dtype, D, cfg, sim, opts):
+    """Kernel source for `mode` ('fwd', 'stats', 'dq', 'dkv')."""
+    g = _Gen(mode, dtype, st_dtype, D, cfg, sim)
+    {"fwd": lambda: _fwd_like(g, False), "stats": lambda: _fwd_like(g, True), "dq": lambda: _dq(g),
+     "dkv": lambda: _dkv(g)}[mode]()
+    return "\n".join(g.L).replace("OPTS", opts) + "\n"
