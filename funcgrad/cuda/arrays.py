@@ -288,13 +288,21 @@ class Pool:
 
 
 _pool = None
+_base = None
 
 
 def pool() -> Pool:
-    global _pool
+    """The pool allocations go to now (a plan's arena pool while a plan runs)."""
+    global _pool, _base
     if _pool is None:
-        _pool = Pool()
+        _pool = _base = Pool()
     return _pool
+
+
+def base_pool() -> Pool:
+    """The process-wide pool (what pool() is outside plans)."""
+    pool()
+    return _base
 
 
 # ---------------------------------------------------------------------------------------------
@@ -311,7 +319,8 @@ def from_host(a: np.ndarray) -> DeviceBuffer:
                                    zip(a.strides, core.strides)], core.offset)
     if not a.flags.c_contiguous:
         a = a.copy(order="C")    # (np.ascontiguousarray would turn a 0-d array into 1-d)
-    buf = pool().empty(a.shape, a.dtype)
+    # a dry run (compile.py) has no memory of its own: host data goes to real memory
+    buf = (base_pool() if runtime.dry_run else pool()).empty(a.shape, a.dtype)
     if a.size:
         buf.arr()[:a.size].copy_to_device(a.reshape(-1))
     return buf

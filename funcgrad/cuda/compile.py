@@ -49,8 +49,22 @@ def _locate(disp):
     return fn.__module__, path, fn.__qualname__
 
 
-def dry_run(plan, bufs) -> dict:
-    """{(module, path, attr): set of argument-type tuples} of the launches plan makes."""
+def dry_run(plan, bufs, pool=None) -> dict:
+    """{(module, path, attr): set of argument-type tuples} of the launches plan makes
+    (allocations go to `pool`: a memplan.Recorder records the step's memory plan)."""
+    from . import arrays
+    if runtime.SIM:   # the simulator's kernels: launches do nothing (nothing to compile)
+        from numba.cuda.simulator.kernel import FakeCUDAKernel as CUDADispatcher
+
+        def record(self, *args):
+            if self._device:
+                return orig(self, *args)
+        orig = CUDADispatcher.__call__
+        CUDADispatcher.__call__ = record
+        try:
+            return _dry(plan, bufs, pool, {})
+        finally:
+            CUDADispatcher.__call__ = orig
     from numba.cuda.dispatcher import CUDADispatcher
     seen: dict = {}
     orig = CUDADispatcher.call
@@ -68,12 +82,25 @@ def dry_run(plan, bufs) -> dict:
         seen.setdefault(where, set()).add(types)
 
     CUDADispatcher.call = record
+    try:
+        return _dry(plan, bufs, pool, seen)
+    finally:
+        CUDADispatcher.call = orig
+
+
+def _dry(plan, bufs, pool, seen):
+    """Run plan's steps in dry-run mode (launches already intercepted by the caller)."""
+    from . import arrays
     runtime.dry_run, prev_def = True, runtime._deferred
     runtime._deferred = []
     try:
-        plan._run(bufs)
+        if pool is None:
+            plan._run(bufs)
+        else:
+            with arrays.using_pool(pool):
+                outs = plan._run(bufs)
+            pool.outs = outs
     finally:
-        CUDADispatcher.call = orig
         runtime.dry_run, runtime._deferred = False, prev_def
     return seen
 
@@ -116,20 +143,23 @@ def _worker_main():
     print(" ".join(f"{_compile_group(g):.3f}:{g[0]}.{g[2]}" for g in groups), flush=True)
 
 
-def prewarm(plan, bufs) -> dict:
-    """Compile the kernels of plan's first call in parallel; returns what it did."""
+def prewarm(plan, bufs, rec=None) -> dict:
+    """Dry-run plan's first call (recording its memory into `rec` when given) and compile its
+    kernels in parallel; returns what it did."""
     n = workers()
-    if runtime.SIM or n <= 1:
-        return {}
     t0 = time.perf_counter()
+    if rec is None and (runtime.SIM or n <= 1):
+        return {}
     try:
-        seen = dry_run(plan, bufs)
+        seen = dry_run(plan, bufs, rec)
     except Exception as e:  # noqa: BLE001 - the real run compiles lazily instead
         return {"error": repr(e)}
+    if runtime.SIM or n <= 1:
+        return {"recorded": True}
     groups = [(m, p, a, sorted(s, key=str)) for (m, p, a), s in seen.items()]
     count = sum(len(g[3]) for g in groups)
     if count < MIN_KERNELS:
-        return {"kernels": count}
+        return {"kernels": count, "recorded": rec is not None}
     import pickle
     import subprocess
     n = min(n, len(groups))
@@ -171,4 +201,5 @@ def prewarm(plan, bufs) -> dict:
     sys.stderr.write(f"\rfuncgrad: compiled {count} CUDA kernels in {wall:.1f} s "
                      f"({spent:.1f} s of compile time in {n} processes)\n")
     return {"kernels": count, "wall_s": wall, "compile_s": spent, "errors": errors,
+            "recorded": rec is not None,
             "slowest": sorted(times, reverse=True)[:8]}

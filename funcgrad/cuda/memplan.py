@@ -48,12 +48,29 @@ class _RecBlock:
             pass
 
 
-class Recorder(Pool):
-    """Allocates from `parent` and logs (size, birth, death) of every allocation in order."""
+class _FakeBlock:
+    """Stands in for memory during a dry run: typed views of a small scratch buffer, so that
+    kernel arguments have the right types; nothing is ever launched on it."""
+    __slots__ = ("raw",)
 
-    def __init__(self, parent: Pool):
+    def __init__(self, raw):
+        self.raw = raw
+
+    def typed(self, dtype):
+        return self.raw.typed(dtype)
+
+    def ptr(self) -> int:
+        return self.raw.ptr()
+
+
+class Recorder(Pool):
+    """Allocates from `parent` (or, with fake=True, from no memory at all: a dry run) and logs
+    (size, birth, death) of every allocation in order."""
+
+    def __init__(self, parent: Pool, fake: bool = False):
         super().__init__()
         self.parent = parent
+        self.scratch = parent.alloc(256) if fake else None
         self.sizes: list[int] = []
         self.life: list[list] = []    # [birth, death or None]
         self.blocks: list = []        # weak references, to find the allocations still alive
@@ -64,7 +81,9 @@ class Recorder(Pool):
         self.sizes.append(int(nbytes))
         self.life.append([self.clock, None])
         self.clock += 1
-        blk = _RecBlock(self.parent.alloc(nbytes), self, k)
+        inner = (_FakeBlock(self.scratch.raw) if self.scratch is not None
+                 else self.parent.alloc(nbytes))
+        blk = _RecBlock(inner, self, k)
         self.blocks.append(weakref.ref(blk))
         return blk
 

@@ -95,9 +95,19 @@ class Plan:
                     self.graph_error, self.graphs = repr(e), None
         self.calls += 1
         bufs = [a.buf for a in args]
-        if self.calls == 1:   # compiles every kernel: a progress line when that takes a while
-            from .compile import prewarm
-            self.compile_info = prewarm(self, bufs)
+        if self.calls == 1:
+            if self.static_ok:   # dry run: the memory plan and the kernels, nothing executed
+                bufs = [b if b.is_contiguous() else _contiguous(b) for b in bufs]
+                self._plan_dry(bufs)
+                if self.layout is not None:
+                    try:
+                        return self._planned(bufs)
+                    except memplan.PlanMismatch as e:
+                        self.static_ok, self.static_error = False, str(e)
+            else:
+                from .compile import prewarm
+                self.compile_info = prewarm(self, bufs)
+            # compiles what is left: a progress line when that takes a while
             return self._wrap(self._run(bufs, progress=_Progress(len(self.steps))))
         if not self.static_ok:
             return self._wrap(self._run(bufs))
@@ -118,6 +128,20 @@ class Plan:
 
     def _wrap(self, outs):
         return [Array(b, o.aval, "cuda") for b, o in zip(outs, self.expr.outs)]
+
+    def _plan_dry(self, bufs):
+        """Record the step's allocations in a dry run (no memory, no launches) and compile its
+        kernels in parallel (compile.py); sets self.layout unless the dry run failed."""
+        from .compile import prewarm
+        rec = memplan.Recorder(arrays.pool(), fake=True)
+        runtime._deferred = []
+        try:
+            self.compile_info = prewarm(self, bufs, rec)
+        finally:
+            runtime._deferred = None
+        outs = getattr(rec, "outs", None)
+        if outs is not None and self.compile_info.get("recorded"):
+            self.layout = memplan.pack(rec, [o.block for o in outs])
 
     def _record(self, bufs):
         """Run once under a Recorder and pack the arena (device checks deferred, as in a
@@ -166,7 +190,9 @@ class Plan:
         self.live[s] = []
 
     def _planned(self, bufs):
-        if self.graphs is None and not runtime.SIM and self.graph_error is None:
+        # graphs from the second call on: the first compiles and loads what the dry run left
+        if (self.graphs is None and not runtime.SIM and self.graph_error is None
+                and self.calls >= 2):
             from .graphs import GraphSet
             self.graphs = GraphSet(self)
         if self.graphs is not None:
