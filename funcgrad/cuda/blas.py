@@ -119,8 +119,8 @@ def _preload_cublas() -> str:
 
 
 def unbatched(args):
-    """cublasGemmEx's arguments from cublasGemmStridedBatchedEx's (batch 1: cuBLAS's
-    heuristics for the plain call picked faster kernels on narrow products, H200)."""
+    """cublasGemmEx's arguments from cublasGemmStridedBatchedEx's (batch-1 products take the
+    plain call; on an H200 both ran at the same speed, benchmarks/RESULTS.md)."""
     return args[:9] + args[10:13] + args[14:18] + args[20:]
 
 
