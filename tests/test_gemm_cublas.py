@@ -293,3 +293,9 @@ def test_gemm_wiring_through_a_model_cublas(monkeypatch, rng):
     i = rng.integers(-3, 3, (3, 4)).astype("int32")
     np.testing.assert_array_equal(np.asarray(fnp.matmul(cu(i), cu(i.T))), i @ i.T)
     assert len(model.calls) == 8
+    # inside a jit plan (a dry run records the workspace but calls nothing), twice
+    f = funcgrad.jit(lambda x, y: fnp.tanh(x @ fnp.swapaxes(y, -1, -2)))
+    for _ in range(2):
+        np.testing.assert_allclose(np.asarray(f(cu(a), cu(a))), np.tanh(a @ a.swapaxes(1, 2)),
+                                   rtol=1e-5, atol=1e-6)
+    assert len(model.calls) == 10 and model.calls[-1][0][:2] == (blas.OP_T, blas.OP_N)
