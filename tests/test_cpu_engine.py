@@ -202,15 +202,12 @@ def test_sums_over_leading_axes_run_in_numpys_order(monkeypatch, rng, dtype):
         assert np.asarray(g).dtype == np.asarray(w).dtype
 
 
-def test_split_products_and_kernels_equal_unsplit(monkeypatch, rng):
-    # forcing every product and kernel into two halves (normally only ~ms of work) changes
-    # nothing but where it runs
+def test_kernels_split_over_two_threads_equal_unsplit(monkeypatch, rng):
+    # kernels run in chunks on two threads when asked (FUNCGRAD_CPU_SPLIT_WORK): same bits
     step, p, s = _mlp_step([6, 40, 36, 3], 34, rng)
     monkeypatch.setenv("FUNCGRAD_CPU_FUSE_AFTER", "0")
-    monkeypatch.setenv("FUNCGRAD_CPU_SPLIT", "0")
+    monkeypatch.delenv("FUNCGRAD_CPU_SPLIT_WORK", raising=False)
     want = _run(jit(step), p, s, 3)
-    monkeypatch.setenv("FUNCGRAD_CPU_SPLIT", "1")
-    monkeypatch.setenv("FUNCGRAD_CPU_SPLIT_FLOPS", "1")
     monkeypatch.setenv("FUNCGRAD_CPU_SPLIT_WORK", "1")
     split = jit(step)
     got = _run(split, p, s, 3)
@@ -218,7 +215,28 @@ def test_split_products_and_kernels_equal_unsplit(monkeypatch, rng):
     assert any(getattr(st.fn, "__name__", "") == "run" for st in plan.program.steps
                if st.kind == "kernel")
     for a, b in zip(got, want):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_adaptive_runs_the_way_that_was_faster_lately():
+    from funcgrad.backends.cpu_blas import Adaptive
+    now, cost, used = [0.0], [5.0, 1.0], []
+
+    def way(k):
+        def run():
+            used.append(k)
+            now[0] += cost[k]
+        return run
+
+    ad = Adaptive((way(0), way(1)), clock=lambda: now[0])
+    for _ in range(40):
+        ad()
+    assert used[:2] == [0, 1] and used[-30:].count(1) >= 28   # 1 wins, 0 is retried rarely
+    cost[:] = [1.0, 50.0]   # way 1 stalls (a busy core): the next call switches back
+    ad()
+    for _ in range(20):
+        ad()
+    assert used[-20:].count(0) >= 19
 
 
 def test_chunks_run_once_each_without_waiting_for_a_late_helper_and_raise():

@@ -1,12 +1,11 @@
 """Matrix products on the CPU: np.matmul into planned buffers, small ones on one BLAS thread,
-large ones in blocks shared by two threads (cpu_parallel) rather than on OpenBLAS's pool.
+large ones on OpenBLAS's threads or on one, whichever has been faster lately.
 
 OpenBLAS splits every product above ~2^18 multiply-adds over all its threads. On a machine
 whose cores are shared, a small product then waits for a descheduled thread: a 128^3 product
 took 38 us with one core free and 5 ms when another process held it (development VM, 2 cores).
 Products under `serial_flops()` run on one thread (barely slower when the machine is idle);
-larger ones are split in blocks that the caller and a helper thread take in turn
-(cpu_parallel), so a descheduled helper delays the product by one block at most. Where numpy's BLAS is not a loaded OpenBLAS, nothing changes.
+larger ones choose between the pool and one thread by their measured times (`Adaptive`). Where numpy's BLAS is not a loaded OpenBLAS, nothing changes.
 """
 from __future__ import annotations
 
@@ -15,8 +14,6 @@ import os
 import threading
 
 import numpy as np
-
-from . import cpu_parallel
 
 _SYMBOLS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
             "openblas_set_num_threads64_", "openblas_set_num_threads")
@@ -93,16 +90,48 @@ def one_thread():
     return _one_thread or None
 
 
+class Adaptive:
+    """Runs one of two ways of doing the same thing, the one that was faster lately.
+
+    Each way's time is an exponential average of its runs. The slower way is tried again
+    after `explore` calls, an interval that doubles (to 4096) each time it loses again and
+    resets when it wins, so a way that collapses under load is rarely retried while the load
+    lasts. A run over 4x its way's average counts at once (a sudden stall switches).
+    """
+
+    def __init__(self, ways, clock=None):
+        import time
+        self.ways = ways
+        self.clock = clock or time.perf_counter
+        self.avg = [None, None]
+        self.best, self.since, self.explore = 0, 0, 8
+
+    def __call__(self, *args):
+        other = 1 - self.best
+        k = other if (self.avg[other] is None and self.avg[self.best] is not None
+                      or self.since >= self.explore) else self.best
+        t = self.clock()
+        self.ways[k](*args)
+        dt = self.clock() - t
+        a = self.avg[k]
+        self.avg[k] = dt if a is None or dt > 4 * a else 0.7 * a + 0.3 * dt
+        if k != self.best:
+            self.since = 0
+            self.explore = 8 if self.avg[k] < self.avg[self.best] else min(
+                2 * self.explore, 4096)
+        else:
+            self.since += 1
+        if self.avg[other] is not None and self.avg[other] < self.avg[self.best]:
+            self.best = other
+
+
 def matmul_into(m: int, n: int, k: int):
     """f(a, b, out): np.matmul(a, b, out=out) of an (m, k) by (k, n) product: on one BLAS
-    thread when it is small, in blocks over two threads with one BLAS thread each
-    (cpu_parallel) when it is large, else on OpenBLAS's own threads."""
-    flops = 2 * m * n * k
-    split = cpu_parallel.split_min_flops()
+    thread when it is small; when it is large, on OpenBLAS's threads or on one, whichever ran
+    faster lately (Adaptive): on an idle machine the threads win (0.75 against 0.95 ms for
+    256x784x512 on the development VM), on a busy one they can stall for tens of ms."""
     one = one_thread()
-    if one is not None and split is not None and flops >= split and max(m, n) >= 32:
-        return _split(m, n, one)
-    if one is None or flops >= serial_flops():
+    if one is None:
         def run(a, b, out):
             np.matmul(a, b, out=out)
         return run
@@ -110,26 +139,9 @@ def matmul_into(m: int, n: int, k: int):
     def run_serial(a, b, out):
         with one:
             np.matmul(a, b, out=out)
-    return run_serial
+    if 2 * m * n * k < serial_flops():
+        return run_serial
 
-
-def _split(m, n, one):
-    """Row blocks of the product (column blocks, when there are more columns) shared by two
-    threads (cpu_parallel), each on one BLAS thread."""
-    if m >= n:
-        parts = cpu_parallel.bounds(m)
-
-        def chunks(a, b, out):
-            return [lambda lo=lo, hi=hi: np.matmul(a[lo:hi], b, out=out[lo:hi])
-                    for lo, hi in parts]
-    else:
-        parts = cpu_parallel.bounds(n)
-
-        def chunks(a, b, out):
-            return [lambda lo=lo, hi=hi: np.matmul(a, b[:, lo:hi], out=out[:, lo:hi])
-                    for lo, hi in parts]
-
-    def run_split(a, b, out):
-        with one:
-            cpu_parallel.run_chunks(chunks(a, b, out))
-    return run_split
+    def run_pool(a, b, out):
+        np.matmul(a, b, out=out)
+    return Adaptive((run_pool, run_serial))

@@ -6,8 +6,8 @@ Fork-join pools that split work over every core (OpenBLAS's, OpenMP's) wait for 
 machine whose cores are shared, a part whose thread is descheduled stalls the whole call for a
 scheduler tick or more: a 205-MFLOP product took 1.2 ms on two idle cores and ~90 ms with another
 process on one of them (development VM). Here the worst case is the serial time plus one chunk
-and a wake-up (~10-30 us), so only work of a millisecond or so is split (matrix products, large
-fused kernels; both run without the GIL).
+and a wake-up (~10-30 us). Used for large fused kernels (which run without the GIL) when
+FUNCGRAD_CPU_SPLIT_WORK asks for it.
 """
 from __future__ import annotations
 
@@ -87,23 +87,21 @@ class Pair:
 _pair = Pair()
 
 
-def split_min_flops() -> int | None:
-    """Work (flops) from which a product is split; None: never (FUNCGRAD_CPU_SPLIT=0). Set
-    with FUNCGRAD_CPU_SPLIT_FLOPS."""
-    if os.environ.get("FUNCGRAD_CPU_SPLIT", "1") == "0" or os.cpu_count() == 1:
-        return None
-    return int(os.environ.get("FUNCGRAD_CPU_SPLIT_FLOPS", str(1 << 25)))
-
-
 def split_min_work() -> int | None:
-    """Elements times ops of a fused kernel from which it is split (~0.2 ms of work); None:
-    never. Set with FUNCGRAD_CPU_SPLIT_WORK."""
-    if split_min_flops() is None:
-        return None
-    return int(os.environ.get("FUNCGRAD_CPU_SPLIT_WORK", str(1 << 21)))
+    """Elements times ops of a fused kernel from which it runs in chunks on two threads;
+    None (the default): never. Set with FUNCGRAD_CPU_SPLIT_WORK (e.g. 2097152).
+
+    Off by default because it did not pay on the development VM (2 vCPUs that behave like
+    one core's two hyperthreads: two single-thread products ran no faster side by side than
+    one after the other, and a C2 step took 5.0-5.1 ms with serial kernels against 5.1-6.2 ms
+    with Adam's kernels split).
+    """
+    v = os.environ.get("FUNCGRAD_CPU_SPLIT_WORK")
+    return int(v) if v and os.cpu_count() != 1 else None
 
 
-CHUNKS = 4   # per split task: a late helper costs the caller at most a quarter of the work
+# per split task: a late helper costs the caller at most 1/CHUNKS of the work
+CHUNKS = int(os.environ.get("FUNCGRAD_CPU_CHUNKS", "4"))
 
 
 def bounds(n: int, chunks: int = CHUNKS) -> list:

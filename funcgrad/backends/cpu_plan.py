@@ -8,7 +8,8 @@ given by liveness (cpu_memory); results the caller receives are fresh arrays.
 Kernels are compiled when a plan has run FUNCGRAD_CPU_FUSE_AFTER times (default 2: a function
 called once or twice never waits for numba); until then, and for clusters that njit cannot
 take (float16), elementwise equations run as numpy calls. FUNCGRAD_CPU_FUSE=0 turns kernels off.
-Kernels and products of a millisecond or more run in chunks over two threads (cpu_parallel).
+Large products pick OpenBLAS's threads or one thread by measured time (cpu_blas); kernels
+run on one thread unless FUNCGRAD_CPU_SPLIT_WORK asks for chunks on two (cpu_parallel).
 """
 from __future__ import annotations
 
