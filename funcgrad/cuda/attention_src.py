@@ -21,7 +21,7 @@ SMEM_WORDS_BYTES = 48 * 1024
 GPU_CONFIGS = {
     "fwd": [(64, 32, 16, 8), (32, 32, 8, 8), (16, 16, 8, 8), (8, 8, 4, 4)],
     "stats": [(64, 32, 16, 8), (32, 32, 8, 8), (16, 16, 8, 8), (8, 8, 4, 4)],
-    "dq": [(32, 32, 8, 8), (16, 16, 8, 8), (8, 8, 4, 4)],
+    "dq": [(16, 32, 4, 8), (16, 16, 8, 8), (8, 8, 4, 4)],
     "dkv": [(32, 32, 8, 8), (16, 16, 8, 8), (8, 8, 4, 4)],
 }
 SIM_CONFIG = (4, 4, 2, 2)   # the simulator: 4 threads, 2 x 2 registers, every path on tiny shapes
@@ -30,7 +30,7 @@ SIM_CONFIG = (4, 4, 2, 2)   # the simulator: 4 threads, 2 x 2 registers, every p
 def smem_words(mode, D, BR, BC):
     """Shared-memory words of one block (tiles, score scratch, per-query stats)."""
     rows, cols, sc = D * (BR + 1), D * (BC + 1), BC * (BR + 1)
-    return {"fwd": rows + max(cols, sc) + cols, "stats": rows + cols,
+    return {"fwd": rows + max(cols, sc) + cols, "stats": rows + max(cols, rows),
             "dq": 2 * rows + cols + max(cols, sc),
             "dkv": 2 * rows + 2 * cols + 2 * sc + 2 * BC}[mode]
 
@@ -182,6 +182,16 @@ def _fwd_like(g, stats):
     g.local("m", MI)
     g.local("l", MI)
     _query_rows(g)
+    if stats:   # delta = sum(o * do) over the value dims: both row tiles through shared memory
+        g.local("dsum", MI)
+        g.load_tile(1, "row0", "T", BR, [("o", "n", "HV", QB), ("g", "n", "HV", KB)])
+        g.emit(1, "cuda.syncthreads()", f"for i in range({MI}):", f"    x = {ct}(0)",
+               f"    for k in range({OC}):",
+               f"        a_ = uint64((tx + k * {TX}) * {BR + 1} + ty + i * {TY})",
+               f"        x += sm[a_] * sm[a_ + uint64({KB})]")
+        g.group(2, "x", "sum")
+        g.emit(2, "dsum[i] = x")
+        g.emit(1, "cuda.syncthreads()")
     g.load_tile(1, "row0", "T", BR, [("q", "n", "H", QB)])
     g.emit(1, f"for i in range({MI}):", "    m[i] = NEG", f"    l[i] = {ct}(0)")
     if not stats:
@@ -214,13 +224,9 @@ def _fwd_like(g, stats):
     g.group(2, "li", "sum")
     g.emit(2, f"t = row0 + ty + i * {TY}")
     if stats:
-        g.emit(2, f"dsum = {ct}(0)", "if t < T:", f"    for e in range(tx, HV, {TX}):",
-               f"        dsum += ({ct}(Oa[oo + b * os0 + t * os1 + n * os2 + e * os3]) * "
-               f"{ct}(Ga[go + b * gs0 + t * gs1 + n * gs2 + e * gs3]))")
-        g.group(2, "dsum", "sum")
         g.emit(2, "if t < T and tx == 0:", "    sti = outo + ((b * N + n) * T + t) * 2",
                f"    ST[sti] = {g.st_out}(m[i] + math.log(li)) if li > 0 else {g.st_out}(NEG)",
-               f"    ST[sti + 1] = {g.st_out}(dsum)")
+               f"    ST[sti + 1] = {g.st_out}(dsum[i])")
         return
     g.emit(2, f"inv = {ct}(1) / li if li > 0 else {ct}(0)", "if t < T:",
            "    ob = outo + ((b * T + t) * N + n) * HV", f"    for k in range({OC}):",
