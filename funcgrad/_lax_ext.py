@@ -104,15 +104,15 @@ def reciprocal(x):
 
 
 def conj(x):
-    return fnp.asarray(x)
+    return fnp.conjugate(x)
 
 
 def real(x):
-    return fnp.asarray(x)
+    return fnp.real(x)
 
 
 def imag(x):
-    return fnp.zeros_like(x)
+    return fnp.imag(x)
 
 
 def optimization_barrier(operand):

@@ -15,6 +15,7 @@ from .core import (
     aval_of,
     bind,
     eqn_tag,
+    is_complex,
     is_float,
     source_info,
     trace_to_expr,
@@ -81,7 +82,7 @@ def _forward(expr, consts, args):
     for v, x in zip(expr.in_binders, list(consts) + list(args)):
         env[v] = x
     for v in expr.in_binders[expr.n_consts:]:
-        if is_float(v.aval.dtype):
+        if _inexact(v.aval.dtype):
             active.add(v)
 
     def read(x):
@@ -100,7 +101,7 @@ def _forward(expr, consts, args):
         else:
             with source_info(e.src), eqn_tag(e.tag):
                 env[e.out] = bind(e.prim, *[read(x) for x in e.inputs], **e.params)
-        if is_float(e.out.aval.dtype) and is_active:
+        if _inexact(e.out.aval.dtype) and is_active:
             active.add(e.out)
     return env, active, read
 
@@ -161,7 +162,7 @@ def backward_pass(expr, env, active, read, cts_out):
 def _accumulate(ct_env, active, inputs, in_cts):
     for x, c in zip(inputs, in_cts):
         if c is not None and not isinstance(x, Lit) and x in active:
-            if x.aval.dtype != c.dtype and is_float(c.dtype):
+            if x.aval.dtype != c.dtype and _inexact(c.dtype):
                 c = prims.convert(c, x.aval.dtype)
             ct_env[x] = prims.add_any(ct_env.get(x), c)
 
@@ -221,28 +222,40 @@ def vjp(fun: Callable, *primals, has_aux: bool = False):
     return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
 
 
-def _check_grad_inputs(name, args, argnums, allow_int):
+def _inexact(dtype) -> bool:
+    return is_float(dtype) or is_complex(dtype)
+
+
+def _check_grad_inputs(name, args, argnums, allow_int, holomorphic=False):
     for i in argnums:
         if i >= len(args):
             raise TypeError(f"{name}: argnums={i} but the function got {len(args)} positional "
                             "arguments")
         for leaf in tree_flatten(args[i])[0]:
             dt = aval_of(_as_value(leaf)).dtype
-            if not is_float(dt) and not allow_int:
+            if holomorphic and not is_complex(dt):
+                raise TypeError(f"{name} with holomorphic=True requires complex inputs, but "
+                                f"argument {i} has a leaf of dtype {dt.name}\n  at "
+                                f"{user_frame_src()}")
+            if not _inexact(dt) and not allow_int:
                 raise TypeError(
-                    f"{name} requires real-valued (floating point) inputs, but argument {i} "
+                    f"{name} requires real- or complex-valued (floating point or complex) inputs, "
+                    f"but argument {i} "
                     f"has a leaf of dtype {dt.name}. To differentiate with respect to integer "
                     f"inputs, use vjp or set allow_int=True.\n  at {user_frame_src()}")
 
 
 def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
-                   allow_int: bool = False) -> Callable:
+                   holomorphic: bool = False, allow_int: bool = False) -> Callable:
     """Function returning fun's value and its gradient with respect to `argnums`.
 
     Args:
         fun: function returning a scalar float (or (scalar, aux) when has_aux).
         argnums: which positional argument(s) to differentiate: an int or a tuple of ints.
         has_aux: whether fun returns (value, aux).
+        holomorphic: fun is holomorphic (complex in, complex out): grad is f'(z). Otherwise
+            the output must be real; for complex inputs grad is df/dx - i df/dy (JAX's
+            convention: the conjugate of the direction of steepest ascent's Wirtinger form).
         allow_int: permit integer inputs (their gradient is zero).
 
     Returns:
@@ -260,7 +273,7 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
 
     @functools.wraps(fun)
     def wrapped(*args, **kwargs):
-        _check_grad_inputs("grad", args, nums, allow_int)
+        _check_grad_inputs("grad", args, nums, allow_int, holomorphic)
         dyn = [args[i] for i in nums]
 
         def f_dyn(*d):
@@ -277,9 +290,14 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
             raise TypeError(f"grad requires a scalar output, got "
                             f"{shapes[0] if len(shapes) == 1 else shapes}\n  at "
                             f"{user_frame_src()}")
-        if not is_float(aval_of(leaves[0]).dtype):
-            raise TypeError(f"grad requires a real-valued (float) output, got "
-                            f"{aval_of(leaves[0]).dtype.name}\n  at {user_frame_src()}")
+        out_dt = aval_of(leaves[0]).dtype
+        if holomorphic and not is_complex(out_dt):
+            raise TypeError(f"grad with holomorphic=True requires a complex output, got "
+                            f"{out_dt.name}\n  at {user_frame_src()}")
+        if not holomorphic and not is_float(out_dt):
+            raise TypeError(f"grad requires a real-valued (float) output, got {out_dt.name}"
+                            + (" (use holomorphic=True for holomorphic complex functions)"
+                               if is_complex(out_dt) else "") + f"\n  at {user_frame_src()}")
         g = f_vjp(tree_unflatten(tree_structure(out), [prims.full_like(leaves[0], 1.0)]))
         g = g if multi else g[0]
         return ((out, res[2]), g) if has_aux else (out, g)
@@ -288,7 +306,7 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
 
 
 def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
-         allow_int: bool = False) -> Callable:
+         holomorphic: bool = False, allow_int: bool = False) -> Callable:
     """Gradient of a scalar-valued function, as a new function.
 
     Example:
@@ -298,7 +316,7 @@ def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
         >>> float(funcgrad.grad(funcgrad.grad(lambda x: x ** 3))(2.0))
         12.0
     """
-    vg = value_and_grad(fun, argnums, has_aux, allow_int)
+    vg = value_and_grad(fun, argnums, has_aux, holomorphic, allow_int)
 
     @functools.wraps(fun)
     def wrapped(*args, **kwargs):
@@ -363,11 +381,11 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
     for p, t in zip(p_leaves, t_leaves):
         t = _as_value(t)
         if isinstance(t, ShapedArray) or tuple(t.shape) != tuple(p.shape) or (
-                is_float(p.dtype) and t.dtype != p.dtype):
+                _inexact(p.dtype) and t.dtype != p.dtype):
             raise TypeError(f"jvp: primal and tangent arguments must have equal shapes and "
                             f"dtypes; got primal {p.aval.str_short()} and tangent "
                             f"{t.aval.str_short()}\n  at {user_frame_src()}")
-        t_vals.append(t if is_float(p.dtype) else None)
+        t_vals.append(t if _inexact(p.dtype) else None)
     flat = _FlatOutputs(fun, p_tree, has_aux)
     expr, consts, _ = trace_to_expr(flat, _avals(p_leaves))
     outs, touts = jvp_expr_eval(expr, consts, p_leaves, t_vals)

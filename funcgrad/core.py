@@ -18,10 +18,12 @@ _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 # ---------------------------------------------------------------------------------------------
 
 _SHORT = {"float32": "f32", "float64": "f64", "float16": "f16", "int32": "i32", "int64": "i64",
-          "uint32": "u32", "uint8": "u8", "int8": "i8", "bool": "bool"}
+          "uint32": "u32", "uint8": "u8", "int8": "i8", "bool": "bool", "int16": "i16",
+          "uint16": "u16", "uint64": "u64", "complex64": "c64", "complex128": "c128"}
 SUPPORTED_DTYPES = tuple(np.dtype(d) for d in
                          ("float16", "float32", "float64", "int8", "uint8", "int32", "int64",
-                          "uint32", "bool"))
+                          "uint32", "bool", "int16", "uint16", "uint64", "complex64",
+                          "complex128"))
 
 
 def is_float(dtype) -> bool:
@@ -30,6 +32,16 @@ def is_float(dtype) -> bool:
 
 def is_int(dtype) -> bool:
     return np.dtype(dtype).kind in "iu"
+
+
+def is_complex(dtype) -> bool:
+    return np.dtype(dtype).kind == "c"
+
+
+def real_dtype(dtype) -> np.dtype:
+    """The real dtype of a complex dtype (complex64 -> float32); other dtypes unchanged."""
+    d = np.dtype(dtype)
+    return np.dtype(f"f{d.itemsize // 2}") if d.kind == "c" else d
 
 
 class ShapedArray:
@@ -72,6 +84,8 @@ def aval_of(x) -> ShapedArray:
         return ShapedArray((), np.int32)
     if isinstance(x, float):
         return ShapedArray((), np.float32)
+    if isinstance(x, complex):
+        return ShapedArray((), np.complex64)
     raise TypeError(f"{type(x).__name__} is not a valid funcgrad array type: {x!r}")
 
 
@@ -312,6 +326,9 @@ class ArrayBase:
     size = property(lambda self: self.aval.size)
     T = property(lambda self: _numpy_api.transpose(self))
     at = property(lambda self: _numpy_api._IndexUpdateHelper(self))
+    real = property(lambda self: _numpy_api.real(self))
+    imag = property(lambda self: _numpy_api.imag(self))
+    mT = property(lambda self: _numpy_api.swapaxes(self, -1, -2))
 
     def __len__(self):
         if not self.aval.shape:
@@ -365,6 +382,38 @@ class ArrayBase:
     def __rshift__(self, o): return _numpy_api.right_shift(self, o)
     __hash__ = None
 
+    # in-place operators rebind (arrays are immutable, as in JAX); the array API forbids an
+    # in-place result whose dtype or shape differs from the left operand's: that raises
+    def _inplace(self, op, o, sym):
+        out = getattr(self, op)(o)
+        if out.shape != self.shape or out.dtype != self.dtype:
+            raise TypeError(
+                f"x {sym}= y would change x from {self.aval.str_short()} to "
+                f"{out.aval.str_short()}: funcgrad arrays are immutable, so an in-place operator "
+                f"rebinds x to x {sym} y, which must keep x's dtype and shape "
+                f"(write x = x {sym} y instead)\n  at {user_frame_src()}")
+        return out
+
+    def __iadd__(self, o): return self._inplace("__add__", o, "+")
+    def __isub__(self, o): return self._inplace("__sub__", o, "-")
+    def __imul__(self, o): return self._inplace("__mul__", o, "*")
+    def __itruediv__(self, o): return self._inplace("__truediv__", o, "/")
+    def __ifloordiv__(self, o): return self._inplace("__floordiv__", o, "//")
+    def __imod__(self, o): return self._inplace("__mod__", o, "%")
+    def __ipow__(self, o): return self._inplace("__pow__", o, "**")
+    def __imatmul__(self, o): return self._inplace("__matmul__", o, "@")
+    def __iand__(self, o): return self._inplace("__and__", o, "&")
+    def __ior__(self, o): return self._inplace("__or__", o, "|")
+    def __ixor__(self, o): return self._inplace("__xor__", o, "^")
+    def __ilshift__(self, o): return self._inplace("__lshift__", o, "<<")
+    def __irshift__(self, o): return self._inplace("__rshift__", o, ">>")
+
+    def __array_namespace__(self, *, api_version=None):
+        """funcgrad.numpy, the array API standard namespace of this array."""
+        if api_version not in (None, "2021.12", "2022.12", "2023.12"):
+            raise ValueError(f"unsupported array API version {api_version!r}")
+        return _numpy_api
+
     def astype(self, dtype): return _numpy_api.asarray(self, dtype=dtype)
     def reshape(self, *shape, order="C"):
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
@@ -399,6 +448,8 @@ class ArrayBase:
     def clip(self, min=None, max=None): return _numpy_api.clip(self, min, max)
     def swapaxes(self, a, b): return _numpy_api.swapaxes(self, a, b)
     def dot(self, other): return _numpy_api.dot(self, other)
+    def conj(self): return _numpy_api.conjugate(self)
+    def conjugate(self): return _numpy_api.conjugate(self)
     def take(self, indices, axis=None): return _numpy_api.take(self, indices, axis)
     def round(self, decimals=0): return _numpy_api.round(self, decimals)
 
@@ -449,6 +500,7 @@ class Array(ArrayBase):
     def __bool__(self): return self._scalar(bool)
     def __float__(self): return self._scalar(float)
     def __int__(self): return self._scalar(int)
+    def __complex__(self): return self._scalar(complex)
     def __index__(self):
         if not is_int(self.dtype):
             raise TypeError(f"only integer arrays can be used as an index, got {self.dtype}")

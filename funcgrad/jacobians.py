@@ -31,7 +31,17 @@ def _basis(x):
     return fnp.reshape(fnp.eye(n, dtype=x.dtype), (n,) + tuple(x.shape))
 
 
-def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
+def _check_real(name, leaves, what):
+    from .core import aval_of, is_complex, user_frame_src
+    for v in leaves:
+        if is_complex(aval_of(v).dtype):
+            raise TypeError(f"{name} requires real-valued {what}, got {aval_of(v).dtype.name}; "
+                            "pass holomorphic=True for holomorphic functions (or use vjp/jvp "
+                            f"directly)\n  at {user_frame_src()}")
+
+
+def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
+           holomorphic: bool = False) -> Callable:
     """Jacobian by reverse mode (one vjp per output element, vectorized with vmap).
 
     The result nests the input structure inside the output structure; each leaf has shape
@@ -47,12 +57,14 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
 
     @functools.wraps(fun)
     def jac(*args, **kwargs):
-        _check_grad_inputs("jacrev", args, nums, False)
+        _check_grad_inputs("jacrev", args, nums, False, holomorphic)
         dyn = [args[i] for i in nums]
         res = vjp(_partial(fun, args, nums, kwargs), *dyn, has_aux=has_aux)
         y, f_vjp = res[0], res[1]
         y_leaves, y_tree = tree_flatten(y)
         y_leaves = [_as_value(v) for v in y_leaves]
+        if not holomorphic:
+            _check_real("jacrev", y_leaves, "outputs")
         per_out = []
         for k, yk in enumerate(y_leaves):
             def pull(ct, k=k):
@@ -69,7 +81,8 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
     return jac
 
 
-def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
+def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
+           holomorphic: bool = False) -> Callable:
     """Jacobian by forward mode (one jvp per input element, vectorized with vmap).
 
     Example:
@@ -82,8 +95,10 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
 
     @functools.wraps(fun)
     def jac(*args, **kwargs):
-        _check_grad_inputs("jacfwd", args, nums, False)
+        _check_grad_inputs("jacfwd", args, nums, False, holomorphic)
         dyn = tuple(args[i] for i in nums)
+        if not holomorphic:
+            _check_real("jacfwd", tree_flatten(dyn)[0], "inputs")
         f = _partial(fun, args, nums, kwargs)
         x_leaves, x_tree = tree_flatten(dyn)
         x_leaves = [_as_value(v) for v in x_leaves]

@@ -14,6 +14,7 @@ from .conv_api import (ConvGeneralDilatedDimensionNumbers, conv,  # noqa: F401
                        conv_general_shape_tuple, conv_shape_tuple, conv_transpose,
                        conv_transpose_shape_tuple, conv_with_general_padding)
 from .core import bind
+from .prims_complex import complex_ as complex  # noqa: F401
 from .windows import (reduce_window, reduce_window_max_p, reduce_window_min_p,  # noqa: F401
                       reduce_window_shape_tuple, reduce_window_sum_p, select_and_gather_add_p,
                       select_and_scatter_add_p)

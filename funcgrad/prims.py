@@ -12,13 +12,18 @@ import math
 import numpy as np
 
 from .config import canonical_precision, config
-from .core import ShapedArray, bind, defprim, is_float, is_int, type_error
+from .core import ShapedArray, bind, defprim, is_float, is_int, real_dtype, type_error
 
 # ---------------------------------------------------------------------------------------------
 # helpers shared by the rules
 # ---------------------------------------------------------------------------------------------
 
 FLOAT_KINDS, INT_KINDS, BOOL_KINDS = "f", "iu", "b"
+
+
+def _inexact(dtype) -> bool:
+    """Float or complex: the dtypes that carry gradients."""
+    return np.dtype(dtype).kind in "fc"
 
 
 def _dtype_ok(name, avals, kinds):
@@ -114,7 +119,7 @@ def _unary(name, impl, vjp=None, jvp=None, kinds="fiu", out_dtype=None):
     return p
 
 
-def _unary_diff(name, impl, deriv, kinds="f"):
+def _unary_diff(name, impl, deriv, kinds="fc"):
     """A differentiable unary primitive with derivative deriv(x, out) (an expression)."""
     return _unary(name, impl,
                   vjp=lambda ct, x, *, out: (mul(ct, deriv(x, out)),),
@@ -127,34 +132,50 @@ def _linear_unary_jvp(prim):
     return lambda ts, xs, *, out, **params: None if ts[0] is None else bind(prim, ts[0], **params)
 
 
-neg_p = _unary("neg", np.negative, vjp=lambda ct, x, *, out: (neg(ct),), kinds="fi")
+neg_p = _unary("neg", np.negative, vjp=lambda ct, x, *, out: (neg(ct),), kinds="fic")
 neg_p.jvp = _linear_unary_jvp(neg_p)
 exp_p = _unary_diff("exp", np.exp, lambda x, out: out)                      # (e^x)' = e^x
 log_p = _unary_diff("log", np.log, lambda x, out: div(full_like(x, 1), x))  # (log x)' = 1/x
 log1p_p = _unary_diff("log1p", np.log1p,
-                      lambda x, out: div(full_like(x, 1), add(x, full_like(x, 1))))
-expm1_p = _unary_diff("expm1", np.expm1, lambda x, out: add(out, full_like(x, 1)))
+                      lambda x, out: div(full_like(x, 1), add(x, full_like(x, 1))), kinds="f")
+expm1_p = _unary_diff("expm1", np.expm1, lambda x, out: add(out, full_like(x, 1)), kinds="f")
 tanh_p = _unary_diff("tanh", np.tanh,                                       # 1 - tanh^2
                      lambda x, out: sub(full_like(x, 1), mul(out, out)))
 logistic_p = _unary_diff(                                                   # s (1 - s)
     "logistic", lambda x: np.where(x >= 0, 1 / (1 + np.exp(-np.abs(x))),
                                    np.exp(-np.abs(x)) / (1 + np.exp(-np.abs(x)))).astype(x.dtype),
-    lambda x, out: mul(out, sub(full_like(x, 1), out)))
+    lambda x, out: mul(out, sub(full_like(x, 1), out)), kinds="f")
 sin_p = _unary_diff("sin", np.sin, lambda x, out: bind(cos_p, x))           # sin' = cos
 cos_p = _unary_diff("cos", np.cos, lambda x, out: neg(bind(sin_p, x)))      # cos' = -sin
 sqrt_p = _unary_diff("sqrt", np.sqrt,                                       # 1 / (2 sqrt x)
                      lambda x, out: div(full_like(x, 0.5), out))
 rsqrt_p = _unary_diff("rsqrt", lambda x: (1 / np.sqrt(x)).astype(x.dtype),  # -x^-3/2 / 2
-                      lambda x, out: mul(full_like(x, -0.5), div(out, x)))
+                      lambda x, out: mul(full_like(x, -0.5), div(out, x)), kinds="f")
 erf_p = _unary_diff(                                                        # 2/sqrt(pi) e^-x^2
     "erf", lambda x: np.vectorize(math.erf, otypes=[x.dtype])(x) if x.size else x.copy(),
-    lambda x, out: mul(full_like(x, 2 / math.sqrt(math.pi)), bind(exp_p, neg(mul(x, x)))))
-abs_p = _unary("abs", np.abs, kinds="fi",                                   # |x|' = sign x
-               vjp=lambda ct, x, *, out: (mul(ct, bind(sign_p, x)),),
-               jvp=lambda ts, xs, *, out: None if ts[0] is None else mul(ts[0],
-                                                                         bind(sign_p, xs[0])))
+    lambda x, out: mul(full_like(x, 2 / math.sqrt(math.pi)), bind(exp_p, neg(mul(x, x)))),
+    kinds="f")
+def _abs_dir(x, out):
+    """d|x|: sign x for reals; for complex z, |z|/z = conj(z)/|z| (0 at z = 0, like JAX)."""
+    if x.dtype.kind != "c":
+        return bind(sign_p, x)
+    zero = eq(x, zeros_like(x))
+    return select(zero, zeros_like(x), div(convert(out, x.dtype), select(zero, full_like(x, 1), x)))
+
+
+def _abs_shape(x):
+    _same_shape_rule("abs", "fic")(x)
+    return ShapedArray(x.shape, real_dtype(x.dtype))
+
+
+# |x|' = sign x; complex z: d|z| = Re(conj(z) dz) / |z|, transposed: ct conj(z) / |z|
+abs_p = _unary("abs", np.abs, kinds="fic",
+               vjp=lambda ct, x, *, out: (mul(convert(ct, x.dtype), _abs_dir(x, out)),),
+               jvp=lambda ts, xs, *, out: None if ts[0] is None else convert(
+                   mul(ts[0], _abs_dir(xs[0], out)), out.dtype))
+abs_p.shape = _abs_shape
 # piecewise-constant functions: zero derivative
-sign_p = _unary("sign", np.sign, kinds="fi", vjp=lambda ct, x, *, out: (None,),
+sign_p = _unary("sign", np.sign, kinds="fic", vjp=lambda ct, x, *, out: (None,),
                 jvp=lambda ts, xs, *, out: None)
 floor_p = _unary("floor", np.floor, kinds="f", vjp=lambda ct, x, *, out: (None,),
                  jvp=lambda ts, xs, *, out: None)
@@ -164,7 +185,7 @@ isfinite_p = _unary("isfinite", np.isfinite, kinds="f", out_dtype=np.bool_,
                     vjp=lambda ct, x, *, out: (None,), jvp=lambda ts, xs, *, out: None)
 not_p = _unary("not", lambda x: np.logical_not(x) if x.dtype == np.bool_ else np.invert(x),
                kinds="biu", vjp=lambda ct, x, *, out: (None,), jvp=lambda ts, xs, *, out: None)
-stop_gradient_p = _unary("stop_gradient", lambda x: x, kinds="fiub",
+stop_gradient_p = _unary("stop_gradient", lambda x: x, kinds="fiubc",
                          vjp=lambda ct, x, *, out: (None,), jvp=lambda ts, xs, *, out: None)
 
 
@@ -174,20 +195,27 @@ def _convert_shape(x, *, new_dtype):
 
 
 def _convert_vjp(ct, x, *, out, new_dtype):
-    if is_float(new_dtype) and is_float(x.dtype):
+    # real <-> complex casts transpose to each other (complex -> real keeps the real part)
+    if _inexact(new_dtype) and _inexact(x.dtype):
         return (convert(ct, x.dtype),)
     return (None,)
 
 
 def _convert_jvp(ts, xs, *, out, new_dtype):
-    if ts[0] is None or not (is_float(new_dtype) and is_float(xs[0].dtype)):
+    if ts[0] is None or not (_inexact(new_dtype) and _inexact(xs[0].dtype)):
         return None
     return convert(ts[0], new_dtype)
 
 
+def _convert_impl(x, *, new_dtype):
+    if x.dtype.kind == "c" and np.dtype(new_dtype).kind in "fiu":   # JAX: the real part
+        return x.real.astype(new_dtype)
+    return x.astype(new_dtype)
+
+
 convert_element_type_p = defprim(
-    "convert_element_type", _convert_shape,
-    lambda x, *, new_dtype: x.astype(new_dtype), _convert_vjp, _convert_jvp, kind="elementwise")
+    "convert_element_type", _convert_shape, _convert_impl, _convert_vjp, _convert_jvp,
+    kind="elementwise")
 convert_element_type_p.batch = batch_elementwise(convert_element_type_p)
 
 
@@ -206,7 +234,7 @@ def _ipow_deriv(x, y):
 
 
 integer_pow_p = defprim(
-    "integer_pow", lambda x, *, y: _same_shape_rule("integer_pow", "fi")(x), _ipow_impl,
+    "integer_pow", lambda x, *, y: _same_shape_rule("integer_pow", "fic")(x), _ipow_impl,
     vjp=lambda ct, x, *, out, y: (None if y == 0 else mul(ct, _ipow_deriv(x, y)),),
     jvp=lambda ts, xs, *, out, y: None if ts[0] is None or y == 0 else mul(
         ts[0], _ipow_deriv(xs[0], y)),
@@ -234,15 +262,15 @@ def _nondiff_vjp(n):
 
 
 add_p = _binary("add", np.add, vjp=lambda ct, x, y, *, out: (ct, ct),        # d(x+y) = dx + dy
-                jvp=lambda ts, xs, *, out: add_any(ts[0], ts[1]))
+                jvp=lambda ts, xs, *, out: add_any(ts[0], ts[1]), kinds="fiuc")
 sub_p = _binary("sub", np.subtract, vjp=lambda ct, x, y, *, out: (ct, neg(ct)),
                 jvp=lambda ts, xs, *, out: ts[0] if ts[1] is None else
-                neg(ts[1]) if ts[0] is None else sub(ts[0], ts[1]))
+                neg(ts[1]) if ts[0] is None else sub(ts[0], ts[1]), kinds="fiuc")
 mul_p = _binary("mul", np.multiply,                                           # d(xy) = y dx + x dy
                 vjp=lambda ct, x, y, *, out: (mul(ct, y), mul(x, ct)),
                 jvp=lambda ts, xs, *, out: add_any(
                     None if ts[0] is None else mul(ts[0], xs[1]),
-                    None if ts[1] is None else mul(xs[0], ts[1])))
+                    None if ts[1] is None else mul(xs[0], ts[1])), kinds="fiuc")
 
 
 def _div_impl(x, y):
@@ -264,7 +292,7 @@ def _div_vjp(ct, x, y, *, out):     # d(x/y) = dx/y - x dy/y^2
 div_p = _binary("div", _div_impl, vjp=_div_vjp,
                 jvp=lambda ts, xs, *, out: None if is_int(out.dtype) else add_any(
                     None if ts[0] is None else div(ts[0], xs[1]),
-                    None if ts[1] is None else neg(div(mul(ts[1], out), xs[1]))))
+                    None if ts[1] is None else neg(div(mul(ts[1], out), xs[1]))), kinds="fiuc")
 
 
 def _rem_impl(x, y):
@@ -297,7 +325,7 @@ def _pow_dy(x, y, out):                                                       # 
     return mul(bind(log_p, safe), out)
 
 
-pow_p = _binary("pow", np.power, kinds="f",
+pow_p = _binary("pow", np.power, kinds="fc",
                 vjp=lambda ct, x, y, *, out: (mul(ct, _pow_dx(x, y, out)),
                                               mul(ct, _pow_dy(x, y, out))),
                 jvp=lambda ts, xs, *, out: add_any(
@@ -330,13 +358,13 @@ max_p = _minmax("max", np.maximum)
 min_p = _minmax("min", np.minimum)
 
 
-def _cmp(name, impl):
-    return _binary(name, impl, vjp=_nondiff_vjp(2), jvp=_nondiff, kinds="fiub",
+def _cmp(name, impl, kinds="fiub"):
+    return _binary(name, impl, vjp=_nondiff_vjp(2), jvp=_nondiff, kinds=kinds,
                    out_dtype=np.bool_)
 
 
-eq_p = _cmp("eq", np.equal)
-ne_p = _cmp("ne", np.not_equal)
+eq_p = _cmp("eq", np.equal, "fiubc")
+ne_p = _cmp("ne", np.not_equal, "fiubc")
 lt_p = _cmp("lt", np.less)
 le_p = _cmp("le", np.less_equal)
 gt_p = _cmp("gt", np.greater)
@@ -519,7 +547,7 @@ def _reduce_sum_impl(x, *, axes):
 
 
 reduce_sum_p = defprim(
-    "reduce_sum", _reduce_shape("reduce_sum", "fiu"), _reduce_sum_impl,
+    "reduce_sum", _reduce_shape("reduce_sum", "fiuc"), _reduce_sum_impl,
     vjp=lambda ct, x, *, out, axes: (_expand(ct, x, axes),),                 # sum' = broadcast
     batch=None)
 reduce_sum_p.jvp = _linear_unary_jvp(reduce_sum_p)
@@ -559,7 +587,7 @@ reduce_min_p = _chooser("reduce_min", np.min)
 
 def _prod_vjp(ct, x, *, out, axes):
     # d prod / dx_i = product of the others; exact with zeros (one zero: its slot gets the rest)
-    if not is_float(x.dtype):
+    if not _inexact(x.dtype):
         return (None,)
     zero = eq(x, zeros_like(x))
     one = full_like(x, 1)
@@ -573,7 +601,7 @@ def _prod_vjp(ct, x, *, out, axes):
 
 
 reduce_prod_p = defprim(
-    "reduce_prod", _reduce_shape("reduce_prod", "fiu"),
+    "reduce_prod", _reduce_shape("reduce_prod", "fiuc"),
     lambda x, *, axes: np.prod(x, axis=tuple(axes), dtype=x.dtype), _prod_vjp,
     lambda ts, xs, *, out, axes: None if ts[0] is None else reduce_sum(
         mul(ts[0], _prod_vjp(full_like(out, 1), xs[0], out=out, axes=axes)[0]), axes))
@@ -907,7 +935,7 @@ def _dot_shape(x, y, *, dimension_numbers, precision=None):
                          f"{dimension_numbers}", (x, y))
     if x.dtype != y.dtype:
         raise type_error("dot_general", "operands must have equal dtypes", (x, y))
-    _dtype_ok("dot_general", (x,), "fiu")
+    _dtype_ok("dot_general", (x,), "fiuc")
     return ShapedArray([x.shape[i] for i in lb] + [x.shape[i] for i in lf]
                        + [y.shape[i] for i in rf], x.dtype)
 
@@ -963,7 +991,7 @@ def dot_general(x, y, dimension_numbers, precision=None):
 def _dot_vjp(ct, x, y, *, out, dimension_numbers, precision=None):
     # ct_x = ct . y over y's free axes, then permuted back into x's axis order (same for y)
     lc, rc, lb, rb, lf, rf = _dot_dims(x, y, dimension_numbers)
-    if not is_float(x.dtype):
+    if not _inexact(x.dtype):
         return None, None
     nb = len(lb)
     ct_b = tuple(range(nb))
@@ -979,7 +1007,7 @@ def _dot_vjp(ct, x, y, *, out, dimension_numbers, precision=None):
 
 
 def _dot_jvp(ts, xs, *, out, dimension_numbers, precision=None):
-    if not is_float(out.dtype):
+    if not _inexact(out.dtype):
         return None
     x, y = xs
     kw = dict(dimension_numbers=dimension_numbers, precision=precision)

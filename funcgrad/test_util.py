@@ -10,17 +10,26 @@ from .tree_util import tree_flatten, tree_unflatten
 
 def _to64(x):
     a = np.asarray(x)
-    return a.astype(np.float64) if a.dtype.kind == "f" else a
+    return (a.astype(np.float64) if a.dtype.kind == "f" else
+            a.astype(np.complex128) if a.dtype.kind == "c" else a)
 
 
 def _inner(xs, ys):
-    return sum(float(np.vdot(_to64(x), _to64(y))) for x, y in zip(xs, ys))
+    # the real pairing Re(sum x y) (no conjugate): JAX's vjp transposes the R-linear jvp
+    return sum(float(np.sum(_to64(x) * _to64(y)).real) for x, y in zip(xs, ys))
+
+
+def _rand_leaf(rng, x):
+    a = np.asarray(x)
+    if a.dtype.kind == "f":
+        return rng.standard_normal(a.shape).astype(a.dtype)
+    if a.dtype.kind == "c":   # a direction in the complex plane: both parts move
+        return (rng.standard_normal(a.shape) + 1j * rng.standard_normal(a.shape)).astype(a.dtype)
+    return np.zeros(a.shape, a.dtype)
 
 
 def _rand_like(rng, leaves):
-    return [rng.standard_normal(np.shape(x)).astype(np.asarray(x).dtype)
-            if np.asarray(x).dtype.kind == "f" else np.zeros(np.shape(x), np.asarray(x).dtype)
-            for x in leaves]
+    return [_rand_leaf(rng, x) for x in leaves]
 
 
 def _flatten_out(out):
@@ -31,14 +40,14 @@ def check_jvp(f, args, eps, atol, rtol, rng):
     """Directional derivative by central differences against jvp."""
     leaves, tree = tree_flatten(tuple(args))
     t = _rand_like(rng, leaves)
-    plus = [np.asarray(x) + eps * d if np.asarray(x).dtype.kind == "f" else np.asarray(x)
+    plus = [np.asarray(x) + eps * d if np.asarray(x).dtype.kind in "fc" else np.asarray(x)
             for x, d in zip(leaves, t)]
-    minus = [np.asarray(x) - eps * d if np.asarray(x).dtype.kind == "f" else np.asarray(x)
+    minus = [np.asarray(x) - eps * d if np.asarray(x).dtype.kind in "fc" else np.asarray(x)
              for x, d in zip(leaves, t)]
     fp = _flatten_out(f(*tree_unflatten(tree, plus)))
     fm = _flatten_out(f(*tree_unflatten(tree, minus)))
     # integer/bool outputs have no derivative (their tangents are zero): skip them
-    numeric = [(a - b) / (2 * eps) if a.dtype.kind == "f" else None for a, b in zip(fp, fm)]
+    numeric = [(a - b) / (2 * eps) if a.dtype.kind in "fc" else None for a, b in zip(fp, fm)]
     _, tan = jvp(f, tuple(tree_unflatten(tree, leaves)), tuple(tree_unflatten(tree, t)))
     for n, a in zip(numeric, _flatten_out(tan)):
         if n is None:

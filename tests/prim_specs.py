@@ -785,3 +785,32 @@ for _name, _make, _nd, _dom in [
     SPECS[_name] = PrimSpec(_name, _make, diff_argnums=(0, 1) if _name == "triangular_solve"
                             else (0,), min_ndim=_nd, domain=_dom, tol=_LINALG_TOL,
                             grad_tol={"atol": 1e-5, "rtol": 1e-4})
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 13: complex primitives (funcgrad/prims_complex.py)
+# ---------------------------------------------------------------------------------------------
+
+C64, C128 = np.dtype("complex64"), np.dtype("complex128")
+COMPLEX = (C64, C128)
+_CPLX_OF = {F32: C64, F64: C128, C64: C64, C128: C128}
+
+
+def crand(rng, shape, dtype):
+    """Random complex values of `dtype` (a float dtype picks its complex counterpart)."""
+    cd = _CPLX_OF[np.dtype(dtype)]
+    return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(cd)
+
+
+def _make_complex_unary(rng, shape, dtype, for_grad):
+    return [crand(rng, shape, dtype)], {}
+
+
+def _make_complex(rng, shape, dtype, for_grad):
+    return [rand(rng, shape, dtype), rand(rng, shape, dtype)], {}
+
+
+for _name in ("real", "imag", "conj"):
+    SPECS[_name] = PrimSpec(_name, _make_complex_unary, dtypes=COMPLEX, diff_argnums=(0,),
+                            domain="complex", tol={C64: (1e-5, 1e-6), C128: (1e-12, 1e-14)})
+SPECS["complex"] = PrimSpec("complex", _make_complex, dtypes=FLOATS, diff_argnums=(0, 1))

@@ -22,7 +22,8 @@ from .arrays import DeviceBuffer, c_strides, const, pool
 
 NB = {"float16": "float16", "float32": "float32", "float64": "float64", "int8": "int8",
       "uint8": "uint8", "int16": "int16", "uint16": "uint16", "int32": "int32",
-      "uint32": "uint32", "int64": "int64", "uint64": "uint64", "bool": "boolean"}
+      "uint32": "uint32", "int64": "int64", "uint64": "uint64", "bool": "boolean",
+      "complex64": "complex64", "complex128": "complex128"}
 
 
 def nbt(dtype) -> str:
@@ -47,6 +48,7 @@ class T:
         self.params = params
 
     f = property(lambda self: self.kind == "f")
+    c = property(lambda self: self.kind == "c")
 
 
 # helper device functions, specialised per compute type (typed constants keep float32 float32);
@@ -95,6 +97,8 @@ def fround_{ct}(x):
 
 
 def _sign(a, t):
+    if t.c:   # numpy 2: z / |z|, 0 at 0
+        return f"(({a[0]}) / abs({a[0]}) if {a[0]} != {t.ct}(0) else {t.ct}(0))"
     z = f"{t.ct}(0)" if t.f else "0"
     one = f"{t.ct}(1)" if t.f else "1"
     return f"({one} if {a[0]} > {z} else (-{one} if {a[0]} < {z} else {a[0]}))"
@@ -108,6 +112,11 @@ def _logistic(a, t):
 
 def _ipow(a, t):
     y, x = t.params["y"], a[0]
+    if t.c:   # square-and-multiply; a negative power is its reciprocal
+        if y == 0:
+            return f"{t.ct}(1)"
+        p = x if abs(y) == 1 else f"({x} * {x})" if abs(y) == 2 else f"ipow_{t.ct}({x}, {abs(y)})"
+        return p if y > 0 else f"({t.ct}(1) / {p})"
     if t.f:
         if y == 0:
             return f"{t.ct}(1)"
@@ -159,7 +168,14 @@ def _shift(left):
 def _convert(a, t):
     if t.out == np.bool_:
         return f"({a[0]} != 0)"
+    if t.c and t.out.kind != "c":   # JAX: complex -> real keeps the real part
+        return f"({a[0]}).real"
     return a[0]
+
+
+def _m(fn):
+    """math.fn for real operands, cmath.fn for complex ones."""
+    return lambda a, t: f"{'cmath' if t.c else 'math'}.{fn}({a[0]})"
 
 
 def _signed64(t) -> bool:
@@ -184,15 +200,15 @@ def _u(fmt):
 OPS: dict = {
     "neg": (1, lambda a, t: f"int64(uint64(0) - uint64({a[0]}))" if _signed64(t)
             else f"(-{a[0]})", ()),
-    "exp": (1, _u("math.exp({0})"), ()),
-    "log": (1, _u("math.log({0})"), ()),
+    "exp": (1, _m("exp"), ()),
+    "log": (1, _m("log"), ()),
     "log1p": (1, _u("math.log1p({0})"), ()),
     "expm1": (1, _u("math.expm1({0})"), ()),
-    "tanh": (1, _u("math.tanh({0})"), ()),
+    "tanh": (1, _m("tanh"), ()),
     "logistic": (1, _logistic, ()),
-    "sin": (1, _u("math.sin({0})"), ()),
-    "cos": (1, _u("math.cos({0})"), ()),
-    "sqrt": (1, _u("math.sqrt({0})"), ()),
+    "sin": (1, _m("sin"), ()),
+    "cos": (1, _m("cos"), ()),
+    "sqrt": (1, _m("sqrt"), ()),
     "rsqrt": (1, _u("({ct}(1) / math.sqrt({0}))"), ()),
     "erf": (1, _u("math.erf({0})"), ()),
     "abs": (1, _u("abs({0})"), ()),
@@ -208,7 +224,7 @@ OPS: dict = {
     "add": (2, _wrapping("({0} + {1})"), ()),
     "sub": (2, _wrapping("({0} - {1})"), ()),
     "mul": (2, _wrapping("({0} * {1})"), ()),
-    "div": (2, lambda a, t: f"({a[0]} / {a[1]})" if t.f else f"idiv_{t.ct}({a[0]}, {a[1]})",
+    "div": (2, lambda a, t: f"({a[0]} / {a[1]})" if (t.f or t.c) else f"idiv_{t.ct}({a[0]}, {a[1]})",
             ("idiv",)),
     "rem": (2, lambda a, t: (f"math.fmod({a[0]}, {a[1]})" if t.f
                              else f"irem_{t.ct}({a[0]}, {a[1]})"), ("idiv", "irem")),
@@ -228,6 +244,11 @@ OPS: dict = {
     "shift_right_logical": (2, _shift(False), ()),
     "select": (3, lambda a, t: f"({a[1]} if {a[0]} else {a[2]})", ()),
     "iota": (0, lambda a, t: "i", ()),
+    # complex primitives (funcgrad/prims_complex.py)
+    "real": (1, _u("({0}).real"), ()),
+    "imag": (1, _u("({0}).imag"), ()),
+    "conj": (1, lambda a, t: f"({a[0]}).conjugate()" if t.c else a[0], ()),
+    "complex": (2, _u("complex({0}, {1})"), ()),
 }
 
 HELPERS["ipow"] = """

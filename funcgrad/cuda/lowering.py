@@ -233,6 +233,13 @@ from . import loops as _loops  # noqa: E402
 _loops.register(CUDA)
 
 
+# complex operands (issue 13): only lowerings with complex kernels see them; the rest raise --
+
+from . import complex_ops as _complex_ops  # noqa: E402
+
+_complex_ops.register(CUDA)
+
+
 def lower(prim, bufs, params, aval) -> DeviceBuffer:
     fn = CUDA.get(prim)
     if fn is None:

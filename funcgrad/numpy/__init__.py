@@ -13,6 +13,8 @@ from ._base import (  # noqa: F401
                     broadcast_shapes,
                     broadcast_to,
                     canonical_dtype,
+                    complex64,
+                    complex128,
                     empty,
                     eye,
                     float16,
@@ -22,6 +24,7 @@ from ._base import (  # noqa: F401
                     full_like,
                     identity,
                     int8,
+                    int16,
                     int32,
                     int64,
                     linspace,
@@ -35,7 +38,9 @@ from ._base import (  # noqa: F401
                     tril,
                     triu,
                     uint8,
+                    uint16,
                     uint32,
+                    uint64,
                     zeros,
                     zeros_like,
 )
@@ -151,6 +156,7 @@ from ._sorting import *  # noqa: E402,F401,F403
 from ._sorting import where_nonzero as where  # noqa: E402,F401
 from ._stats import *  # noqa: E402,F401,F403
 from . import fft  # noqa: E402,F401
+from ._array_api import __array_api_version__, __array_namespace_info__  # noqa: E402,F401
 dtype, finfo, iinfo, issubdtype = _np.dtype, _np.finfo, _np.iinfo, _np.issubdtype
 floating, integer, inexact, number, signedinteger, unsignedinteger = (
     _np.floating, _np.integer, _np.inexact, _np.number, _np.signedinteger, _np.unsignedinteger)

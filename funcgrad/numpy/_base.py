@@ -7,6 +7,7 @@ import numpy as np
 
 from .. import prims
 from ..core import (
+    SUPPORTED_DTYPES,
     ArrayBase,
     aval_of,
     bind,
@@ -36,8 +37,11 @@ class _ScalarType:
     def __eq__(self, other):
         try:
             return self.dtype == np.dtype(other)
-        except TypeError:
+        except Exception:   # noqa: BLE001  (the array API: dtype == anything never raises)
             return False
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
 
     def __hash__(self):
         return hash(self.dtype)
@@ -47,9 +51,11 @@ float16, float32, float64 = _ScalarType("float16"), _ScalarType("float32"), _Sca
 int8, uint8 = _ScalarType("int8"), _ScalarType("uint8")
 int32, int64, uint32 = _ScalarType("int32"), _ScalarType("int64"), _ScalarType("uint32")
 bool_ = _ScalarType("bool")
+int16, uint16, uint64 = _ScalarType("int16"), _ScalarType("uint16"), _ScalarType("uint64")
+complex64, complex128 = _ScalarType("complex64"), _ScalarType("complex128")
 
 _PY_DTYPES = {builtins.bool: np.dtype(np.bool_), builtins.int: np.dtype(np.int32),
-              builtins.float: np.dtype(np.float32)}
+              builtins.float: np.dtype(np.float32), builtins.complex: np.dtype(np.complex64)}
 
 
 def canonical_dtype(dtype):
@@ -59,19 +65,21 @@ def canonical_dtype(dtype):
     if dtype in _PY_DTYPES:
         return _PY_DTYPES[dtype]
     dt = np.dtype(dtype)
-    if dt.kind not in "biuf":
-        raise TypeError(f"funcgrad does not support dtype {dt.name} (supported: bool, int8, "
-                        f"uint8, int32, uint32, int64, float16, float32, float64)"
+    if dt not in SUPPORTED_DTYPES:
+        raise TypeError(f"funcgrad does not support dtype {dt.name} (supported: "
+                        + ", ".join(d.name for d in SUPPORTED_DTYPES) + ")"
                         f"\n  at {user_frame_src()}")
     return dt
 
 
 def _is_weak(x):
-    return isinstance(x, (builtins.bool, builtins.int, builtins.float)) and not isinstance(
-        x, np.generic)
+    return isinstance(x, (builtins.bool, builtins.int, builtins.float, builtins.complex)
+                      ) and not isinstance(x, np.generic)
 
 
 _FLOAT_ORDER = [np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)]
+_COMPLEX_OF = {2: np.dtype(np.complex64), 4: np.dtype(np.complex64),
+               8: np.dtype(np.complex128)}   # float itemsize -> the complex type holding it
 
 
 def result_type(*args):
@@ -82,7 +90,11 @@ def result_type(*args):
     weak = [a for a in args if _is_weak(a)]
     floats = [d for d in strong if d.kind == "f"]
     ints = [d for d in strong if d.kind in "iu"]
-    if floats:
+    cplx = [d for d in strong if d.kind == "c"]
+    if cplx:   # float32 + complex64 -> complex64; float64 + complex64 -> complex128 (JAX)
+        res = builtins.max(cplx + [_COMPLEX_OF[d.itemsize] for d in floats],
+                           key=lambda d: d.itemsize)
+    elif floats:
         res = builtins.max(floats, key=_FLOAT_ORDER.index)
     elif ints:
         res = np.result_type(*ints)
@@ -90,7 +102,12 @@ def result_type(*args):
         res = np.dtype(np.bool_)
     else:
         res = None
-    if any(isinstance(w, builtins.float) for w in weak):
+    if any(isinstance(w, builtins.complex) for w in weak):
+        if res is None or res.kind in "biu":
+            res = np.dtype(np.complex64)
+        elif res.kind == "f":
+            res = _COMPLEX_OF[res.itemsize]
+    elif any(isinstance(w, builtins.float) for w in weak):
         if res is None or res.kind in "biu":
             res = np.dtype(np.float32)
     elif any(isinstance(w, builtins.int) and not isinstance(w, builtins.bool) for w in weak):
@@ -110,6 +127,8 @@ def _from_python(x, dtype):
     if dtype is None:
         if arr.dtype == np.float64 and not isinstance(x, (np.ndarray, np.generic)):
             arr = arr.astype(np.float32)  # Python floats default to float32 (numpy's keep f64)
+        elif arr.dtype == np.complex128 and not isinstance(x, (np.ndarray, np.generic)):
+            arr = arr.astype(np.complex64)  # Python complex numbers default to complex64
         elif arr.dtype == np.int64 and not isinstance(x, (np.ndarray, np.generic)):
             if arr.size and (arr.max() > 2**31 - 1 or arr.min() < -2**31):
                 raise OverflowError(f"Python int {arr.max() if arr.max() > 0 else arr.min()} "

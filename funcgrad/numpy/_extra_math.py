@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from .. import prims as P
+from .. import prims_complex as PC
 from ..core import is_float, is_int
 from ._base import asarray, promote_args, result_type
 from ._ufuncs import (
@@ -387,43 +388,67 @@ def isposinf(x):
 
 
 def real(val):
-    return asarray(val)
+    """The real part (the array itself for real dtypes).
+
+    Example:
+        >>> import funcgrad.numpy as fnp
+        >>> fnp.real(fnp.asarray([1 + 2j])).tolist()
+        [1.0]
+    """
+    x = asarray(val)
+    return PC.real(x) if x.dtype.kind == "c" else x
 
 
 def imag(val):
+    """The imaginary part (zeros for real dtypes)."""
     from ._base import zeros_like
-    return zeros_like(val)
+    x = asarray(val)
+    return PC.imag(x) if x.dtype.kind == "c" else zeros_like(x)
 
 
 def conjugate(x):
-    return asarray(x)
+    """The complex conjugate (the array itself for real dtypes)."""
+    x = asarray(x)
+    return PC.conj(x) if x.dtype.kind == "c" else x
 
 
 conj = conjugate
 
 
 def angle(z, deg=False):
-    z = _fl(z)
-    out = where(less(z, 0), math.pi, 0.0).astype(z.dtype)
+    """The argument of complex z, arctan2(imag z, real z) (float result).
+
+    Example:
+        >>> import funcgrad.numpy as fnp
+        >>> round(float(fnp.angle(1j)), 6)
+        1.570796
+    """
+    z = asarray(z)
+    if z.dtype.kind != "c":
+        z = _fl(z)
+        out = arctan2(imag(z), z)
+    else:
+        out = arctan2(PC.imag(z), PC.real(z))
     return rad2deg(out) if deg else out
 
 
 def iscomplex(x):
-    from ._base import full
-    return full(np.shape(x), False, np.bool_)
+    """Elementwise: a nonzero imaginary part."""
+    return imag(x) != 0
 
 
 def isreal(x):
-    from ._base import full
-    return full(np.shape(x), True, np.bool_)
+    """Elementwise: a zero imaginary part."""
+    return imag(x) == 0
 
 
 def iscomplexobj(x):
-    return False
+    """Whether x has a complex dtype."""
+    return asarray(x).dtype.kind == "c"
 
 
 def isrealobj(x):
-    return True
+    return not iscomplexobj(x)
 
 
 def i0(x):

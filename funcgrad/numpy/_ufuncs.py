@@ -6,6 +6,7 @@ import builtins
 import numpy as np
 
 from .. import prims as P
+from .. import prims_complex as PC
 from ..core import ArrayBase, Tracer, bind, is_float, is_int, type_error
 from ._base import (
     asarray,
@@ -23,7 +24,11 @@ _F32 = np.dtype(np.float32)
 
 def _float_dtype(*args):
     dt = result_type(*args)
-    return dt if dt.kind == "f" else _F32
+    return dt if dt.kind in "fc" else _F32
+
+
+def _inexact(dtype):
+    return np.dtype(dtype).kind in "fc"
 
 
 def _unary_float(prim, name):
@@ -44,7 +49,15 @@ sin = _unary_float(P.sin_p, "sin")
 cos = _unary_float(P.cos_p, "cos")
 sqrt = _unary_float(P.sqrt_p, "sqrt")
 floor = _unary_float(P.floor_p, "floor")
-isfinite = _unary_float(P.isfinite_p, "isfinite")
+_isfinite_real = _unary_float(P.isfinite_p, "isfinite")
+
+
+def isfinite(x):
+    """Elementwise numpy.isfinite (complex: both parts finite)."""
+    x = asarray(x)
+    if x.dtype.kind == "c":
+        return logical_and(_isfinite_real(PC.real(x)), _isfinite_real(PC.imag(x)))
+    return _isfinite_real(x)
 
 
 def _unary_same(prim, name):
@@ -113,11 +126,13 @@ def square(x):
 
 def isnan(x):
     x = asarray(x)
-    return not_equal(x, x) if is_float(x.dtype) else full_bool(x, False)
+    return not_equal(x, x) if _inexact(x.dtype) else full_bool(x, False)
 
 
 def isinf(x):
     x = asarray(x)
+    if x.dtype.kind == "c":
+        return logical_or(isinf(PC.real(x)), isinf(PC.imag(x)))
     if not is_float(x.dtype):
         return full_bool(x, False)
     return logical_and(logical_not(isfinite(x)), logical_not(isnan(x)))
@@ -211,7 +226,7 @@ def power(x1, x2):
             raise ValueError("integers to negative integer powers are not allowed")
         return bind(P.integer_pow_p, x, y=int(x2))
     a, b = promote_args("power", x1, x2)
-    if not is_float(a.dtype):
+    if not _inexact(a.dtype):
         return _int_power(asarray(a), asarray(b))
     return bind(P.pow_p, a, b)
 
@@ -324,7 +339,7 @@ def sum(a, axis=None, dtype=None, keepdims=False):
 def mean(a, axis=None, dtype=None, keepdims=False):
     """numpy.mean (integer inputs give float32)."""
     x = asarray(a)
-    dt = canonical_dtype(dtype) or (x.dtype if is_float(x.dtype) else _F32)
+    dt = canonical_dtype(dtype) or (x.dtype if _inexact(x.dtype) else _F32)
     x = asarray(x, dt)
     axes = norm_axes(axis, x.ndim, "mean")
     n = int(np.prod([x.shape[i] for i in axes]))
@@ -368,12 +383,14 @@ def prod(a, axis=None, dtype=None, keepdims=False):
 def var(a, axis=None, dtype=None, ddof=0, keepdims=False):
     """numpy.var: mean of squared deviations, divided by n - ddof."""
     x = asarray(a)
-    x = asarray(x, canonical_dtype(dtype) or (x.dtype if is_float(x.dtype) else _F32))
+    x = asarray(x, canonical_dtype(dtype) or (x.dtype if _inexact(x.dtype) else _F32))
     axes = norm_axes(axis, x.ndim, "var")
     n = int(np.prod([x.shape[i] for i in axes]))
     centered = x - mean(x, axes, keepdims=True)
+    if x.dtype.kind == "c":   # numpy: the mean of |x - mean|^2, a real number
+        centered = abs(centered)
     ss = sum(square(centered), axes, keepdims=keepdims)
-    return ss / np.asarray(builtins.max(n - ddof, 0), x.dtype)
+    return ss / np.asarray(builtins.max(n - ddof, 0), ss.dtype)
 
 
 def std(a, axis=None, dtype=None, ddof=0, keepdims=False):

@@ -1,0 +1,57 @@
+"""Complex operands on the CUDA backend: which lowerings accept them, and complex reduce_sum.
+
+Elementwise ops with complex rows in elementwise.OPS, layout views and gathers handle complex
+buffers as they are; reduce_sum reduces the real and imaginary parts separately. Every other
+lowering raises NotImplementedError naming the primitive and dtype (never a wrong result).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import prims as P
+from .. import prims_complex as PC
+from ..core import real_dtype, user_frame_src
+from . import elementwise as ew
+from . import reduce
+
+# elementwise primitives whose scalar ops have complex forms in elementwise.OPS
+_EW_COMPLEX = {"neg", "exp", "log", "tanh", "sin", "cos", "sqrt", "abs", "sign", "add", "sub",
+               "mul", "div", "pow", "eq", "ne", "select", "integer_pow", "convert_element_type",
+               "stop_gradient", "real", "imag", "conj", "complex"}
+_LAYOUT = {"broadcast_in_dim", "reshape", "transpose", "slice", "rev", "pad", "concatenate",
+           "take", "copy"}
+
+
+def _complex_sum(bufs, params, aval):
+    x = bufs[0]
+    rd = real_dtype(x.dtype)
+    parts = [reduce.reduce("sum", ew.run(name, [x], rd), params["axes"], rd)
+             for name in ("real", "imag")]
+    return ew.run("complex", parts, aval.dtype)
+
+
+def _guard(prim, fn):
+    def lower(bufs, params, aval):
+        if aval.dtype.kind == "c" or any(b.dtype.kind == "c" for b in bufs):
+            dt = next(d for d in [aval.dtype] + [b.dtype for b in bufs] if d.kind == "c")
+            raise NotImplementedError(
+                f"the CUDA backend has no {np.dtype(dt).name} kernel for primitive "
+                f"{prim.name!r} (run it on the CPU: funcgrad.device_put(x, 'cpu'))"
+                f"\n  at {user_frame_src()}")
+        return fn(bufs, params, aval)
+    return lower
+
+
+def register(table: dict) -> None:
+    """Wrap table's lowerings: complex operands reach only the ones that handle them."""
+    sum_lower = table[P.reduce_sum_p]
+
+    def reduce_sum(bufs, params, aval):
+        if aval.dtype.kind == "c" and bufs[0].size:
+            return _complex_sum(bufs, params, aval)
+        return sum_lower(bufs, params, aval)
+    table[P.reduce_sum_p] = reduce_sum
+    for prim, fn in list(table.items()):
+        if prim.name not in _EW_COMPLEX | _LAYOUT | {"reduce_sum"}:
+            table[prim] = _guard(prim, fn)
+    assert all(p in table for p in (PC.real_p, PC.imag_p, PC.conj_p, PC.complex_p))

@@ -1,0 +1,90 @@
+"""The array API standard's (2023.12) inspection namespace: __array_namespace_info__."""
+from __future__ import annotations
+
+from ..core import _backend_factories, default_device
+
+__array_api_version__ = "2023.12"
+
+_KINDS = {
+    "bool": ("bool",),
+    "signed integer": ("int8", "int16", "int32", "int64"),
+    "unsigned integer": ("uint8", "uint16", "uint32", "uint64"),
+    "integral": ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"),
+    "real floating": ("float32", "float64"),
+    "complex floating": ("complex64", "complex128"),
+}
+_KINDS["numeric"] = _KINDS["integral"] + _KINDS["real floating"] + _KINDS["complex floating"]
+
+
+class _Info:
+    """What funcgrad.numpy supports: capabilities, devices and dtypes (array API 2023.12)."""
+
+    __module__ = "funcgrad.numpy"
+
+    def capabilities(self) -> dict:
+        """Optional features: boolean indexing needs data-dependent shapes (not traceable).
+
+        Example:
+            >>> import funcgrad.numpy as fnp
+            >>> fnp.__array_namespace_info__().capabilities()["boolean indexing"]
+            False
+        """
+        return {"boolean indexing": False, "data-dependent shapes": False}
+
+    def default_device(self) -> str:
+        """The device new arrays are placed on ("cpu" or "cuda")."""
+        return default_device()
+
+    def devices(self) -> list:
+        """The devices funcgrad knows about ("cpu", and "cuda" when registered)."""
+        return sorted(_backend_factories)
+
+    def default_dtypes(self, *, device=None) -> dict:
+        """The default dtypes of new arrays (JAX's 32-bit defaults)."""
+        self._check_device(device)
+        return {"real floating": _dt("float32"), "complex floating": _dt("complex64"),
+                "integral": _dt("int32"), "indexing": _dt("int32")}
+
+    def dtypes(self, *, device=None, kind=None) -> dict:
+        """The supported dtypes by name, optionally of one kind (or a tuple of kinds).
+
+        Example:
+            >>> import funcgrad.numpy as fnp
+            >>> sorted(fnp.__array_namespace_info__().dtypes(kind="complex floating"))
+            ['complex128', 'complex64']
+        """
+        self._check_device(device)
+        if kind is None:
+            names = ("bool",) + _KINDS["numeric"]
+        elif isinstance(kind, tuple):
+            names = tuple(n for k in kind for n in self._kind(k))
+        else:
+            names = self._kind(kind)
+        return {n: _dt(n) for n in dict.fromkeys(names)}
+
+    @staticmethod
+    def _kind(kind):
+        if kind not in _KINDS:
+            raise ValueError(f"unknown dtype kind {kind!r}; known: {sorted(_KINDS)}")
+        return _KINDS[kind]
+
+    def _check_device(self, device):
+        if device is not None and device not in _backend_factories:
+            raise ValueError(f"unknown device {device!r}; known: {sorted(_backend_factories)}")
+
+
+def _dt(name):
+    from . import _base
+    return getattr(_base, "bool_" if name == "bool" else name)
+
+
+def __array_namespace_info__() -> _Info:
+    """The array API inspection namespace of funcgrad.numpy.
+
+    Example:
+        >>> import funcgrad.numpy as fnp
+        >>> fnp.__array_namespace_info__().default_dtypes()["real floating"]
+        funcgrad.numpy.float32
+    """
+    return _Info()
+
