@@ -174,3 +174,29 @@ def test_bad_label_in_a_planned_step_raises(cuda):
     with pytest.raises(IndexError, match="label 5"):
         float(f(x, bad))
     np.testing.assert_allclose(float(f(x, good)), 4 * np.log(3.0), rtol=1e-5)
+
+
+def test_donated_parameters_update_in_place(cuda):
+    """With donate_argnums, a jitted Adam step writes the new parameters and optimizer state
+    into the donated buffers: one set of buffers for the whole loop, and the same numbers as
+    the step without donation."""
+    step, opt, p, x, y = _mlp_step()
+    plain = funcgrad.jit(step)
+    donating = funcgrad.jit(step, donate_argnums=(0, 1))
+    want_p, want_vals = _loop(plain, opt, p, x, y, "cuda", 5)
+    pd = funcgrad.device_put(p, "cuda")
+    sd = opt.init(pd)
+    xd, yd = funcgrad.device_put(x, "cuda"), funcgrad.device_put(y, "cuda")
+    vals = []
+    for _ in range(5):
+        addr = pd["w1"].buf.block
+        new_p, sd, val = donating(pd, sd, xd, yd)
+        assert pd["w1"].is_deleted()
+        vals.append(float(val))
+        pd = new_p
+    np.testing.assert_allclose(vals, want_vals, rtol=1e-6)
+    for k in want_p:
+        np.testing.assert_allclose(np.asarray(pd[k]), np.asarray(want_p[k]), rtol=1e-6)
+    plan = donating.lower(pd, sd, xd, yd).compile()
+    assert plan.layout.alias, "no result was planned in place"
+    assert pd["w1"].buf.block is addr     # the last step wrote w1 where the previous one was

@@ -154,7 +154,8 @@ class GraphSet:
         sticky = self.sticky
         tmp = arrays.pool().empty((2,), np.int64)
         acc[1, 1](tmp.arr(), tmp.offset, sticky, row)   # compiled and loaded before the capture
-        pool = memplan.ArenaPool(plan.layout, plan._arena(), plan.out_set(s), plan, s)
+        donated = {i: ins[i] for i in plan.donate if key[1][i] is not None}   # read in place
+        pool = memplan.ArenaPool(plan.layout, plan._arena(), plan.out_set(s), plan, s, donated)
         cuda.synchronize()
         sticky[row:row + 16, 0], sticky[row:row + 16, 1] = 0, BIG
         deferred = []

@@ -15,7 +15,11 @@ from __future__ import annotations
 
 import weakref
 
-from .arrays import Block, Pool, Raw
+import math
+
+import numpy as np
+
+from .arrays import Block, DeviceBuffer, Pool, Raw, c_strides
 
 ALIGN = 256
 
@@ -98,6 +102,7 @@ class Layout:
     def __init__(self, sizes, places, arena_bytes, out_sizes):
         self.sizes, self.places = sizes, places
         self.arena_bytes, self.out_sizes = arena_bytes, out_sizes
+        self.alias: dict[int, int] = {}   # allocation -> donated argument it is written into
 
     def __repr__(self):
         return (f"Layout({len(self.sizes)} allocations, arena {self.arena_bytes} B, "
@@ -178,12 +183,22 @@ def sub_raw(raw: Raw, offset: int, nbytes: int) -> Raw:
 class ArenaPool(Pool):
     """Hands out the recorded allocations at their planned places, in recorded order."""
 
-    def __init__(self, layout: Layout, arena: list, outs: list, owner=None, set_id=None):
+    def __init__(self, layout: Layout, arena: list, outs: list, owner=None, set_id=None,
+                 donated=None):
         super().__init__()
         self.layout, self.arena, self.outs = layout, arena, outs
         self.owner, self.set_id = owner, set_id
         self.k = 0
         self.out_blocks: dict[int, PlanBlock] = {}
+        self.donated = donated or {}   # argument index -> its buffer, written in place
+
+    def empty(self, shape, dtype):
+        i = self.layout.alias.get(self.k)
+        if i is not None and i in self.donated:   # a result updates a donated argument
+            self.alloc(math.prod(shape) * np.dtype(dtype).itemsize)
+            b = self.donated[i]
+            return DeviceBuffer(b.block, tuple(shape), c_strides(shape), b.offset, dtype)
+        return super().empty(shape, dtype)
 
     def alloc(self, nbytes: int):
         k = self.k

@@ -20,7 +20,7 @@ import weakref
 
 import numpy as np
 
-from ..core import Array, Lit, source_info
+from ..core import Array, Lit, Var, source_info
 from . import arrays, fusion, memplan, runtime
 from .lowering import lower
 
@@ -52,6 +52,7 @@ class Plan:
         for o in expr.outs:
             if not isinstance(o, Lit):
                 last[o] = len(self.steps)
+        self.last_use = last
         self.free_after = [[] for _ in self.steps]
         for v, i in last.items():
             if i < len(self.steps):
@@ -142,6 +143,7 @@ class Plan:
         outs = getattr(rec, "outs", None)
         if outs is not None and self.compile_info.get("recorded"):
             self.layout = memplan.pack(rec, [o.block for o in outs])
+            self.layout.alias = self._aliases(outs)
 
     def _record(self, bufs):
         """Run once under a Recorder and pack the arena (device checks deferred, as in a
@@ -154,8 +156,45 @@ class Plan:
         finally:
             deferred, runtime._deferred = runtime._deferred, None
         self.layout = memplan.pack(rec, [o.block for o in outs])
+        self.layout.alias = self._aliases(outs)
         _raise_deferred(deferred)
         return outs
+
+    def _aliases(self, outs) -> dict:
+        """{allocation: donated argument} for results written in place into a donated argument:
+        same shape and dtype, produced by a fused kernel that is the argument's last reader and
+        reads it element for element (or read earlier only)."""
+        if not self.donate:
+            return {}
+        expr, n_consts = self.expr, len(self.consts)
+        made_by = {}
+        for idx, (kind, s) in enumerate(self.steps):
+            if kind == "fused":
+                for o in s.outputs:
+                    made_by[o] = (idx, s)
+        counts: dict = {}
+        for b in outs:
+            if isinstance(b.block, memplan._RecBlock):
+                counts[b.block.k] = counts.get(b.block.k, 0) + 1
+        alias, taken = {}, set()
+        for v, b in zip(expr.outs, outs):
+            blk = b.block
+            if (not isinstance(v, Var) or v not in made_by or expr.outs.count(v) != 1
+                    or not isinstance(blk, memplan._RecBlock) or counts[blk.k] != 1
+                    or b.offset or not b.is_contiguous()):
+                continue
+            idx, c = made_by[v]
+            for i in self.donate:
+                x = expr.in_binders[n_consts + i]
+                if (i in taken or x.aval != v.aval or x in expr.outs
+                        or self.last_use.get(x, -1) > idx):
+                    continue
+                if self.last_use.get(x, -1) == idx and not _reads_flat(c, x):
+                    continue
+                alias[blk.k] = i
+                taken.add(i)
+                break
+        return alias
 
     def _arena(self):
         """The arena's per-allocation views and the two output sets (made once, on demand)."""
@@ -210,7 +249,8 @@ class Plan:
             bufs = [_contiguous(b, copy=True) if getattr(b.block, "set_id", None) == s else b
                     for b in bufs]
         self.release_set(s)
-        pool = memplan.ArenaPool(self.layout, self._arena(), self.out_set(s), self, s)
+        pool = memplan.ArenaPool(self.layout, self._arena(), self.out_set(s), self, s,
+                                 {i: bufs[i] for i in self.donate})
         runtime._deferred = []
         try:
             with arrays.using_pool(pool):
@@ -336,6 +376,18 @@ class _Progress:
             import sys
             sys.stderr.write(f"\rfuncgrad: compiled {self.total} steps in "
                              f"{time.perf_counter() - self.t0:.1f} s\n")
+
+
+def _reads_flat(c, x) -> bool:
+    """Cluster c reads x only element for element (never through a broadcast view)."""
+    direct = bcast = False
+    for e in c.eqns:
+        if x in e.inputs:
+            if fusion._is_view_bcast(e, c.members):
+                bcast = True
+            else:
+                direct = True
+    return direct and not bcast
 
 
 def _reads(kind, s):
