@@ -110,7 +110,7 @@ class GraphSet:
 
     def _results(self, entry, bufs, s):
         """The call's result Arrays, from templates made at capture (no per-call checks)."""
-        raws = self.plan.out_set(s)
+        raws = self.plan.out_sets[s][1]
         blocks, outs = {}, []
         make, PlanBlock = DeviceBuffer.make, memplan.PlanBlock
         for (kind, a, shape, strides, offset, dtype, contig), aval in zip(entry.templates,
@@ -155,7 +155,9 @@ class GraphSet:
         tmp = arrays.pool().empty((2,), np.int64)
         acc[1, 1](tmp.arr(), tmp.offset, sticky, row)   # compiled and loaded before the capture
         donated = {i: ins[i] for i in plan.donate if key[1][i] is not None}   # read in place
-        pool = memplan.ArenaPool(plan.layout, plan._arena(), plan.out_set(s), plan, s, donated)
+        full = len(donated) < len(plan.donate)     # a donated argument copied in: no in place
+        pool = memplan.ArenaPool(plan.layout, plan._arena(), plan.out_set(s, full), plan, s,
+                                 donated)
         cuda.synchronize()
         sticky[row:row + 16, 0], sticky[row:row + 16, 1] = 0, BIG
         deferred = []

@@ -195,7 +195,11 @@ class ArenaPool(Pool):
     def empty(self, shape, dtype):
         i = self.layout.alias.get(self.k)
         if i is not None and i in self.donated:   # a result updates a donated argument
-            self.alloc(math.prod(shape) * np.dtype(dtype).itemsize)
+            nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+            if self.layout.sizes[self.k] != nbytes:
+                raise PlanMismatch(f"allocation {self.k} asked {nbytes} bytes, the plan "
+                                   f"recorded {self.layout.sizes[self.k]}")
+            self.k += 1
             b = self.donated[i]
             return DeviceBuffer(b.block, tuple(shape), c_strides(shape), b.offset, dtype)
         return super().empty(shape, dtype)

@@ -207,12 +207,19 @@ class Plan:
                                for p, n in zip(lay.places, lay.sizes)]
         return self.arena_raws
 
-    def out_set(self, s: int) -> list:
+    def out_set(self, s: int, full: bool = False) -> list:
+        """Result set s's memory per result slot; the slots of results planned in place into a
+        donated argument stay None unless `full` (an argument that had to be copied in)."""
+        lay = self.layout
         if self.out_sets[s] is None:
-            pool = arrays.pool()
-            blocks = [pool.alloc(n) for n in self.layout.out_sizes]
-            self.out_sets[s] = (blocks, [b.raw for b in blocks])
-        return self.out_sets[s][1]
+            self.out_sets[s] = ([None] * len(lay.out_sizes), [None] * len(lay.out_sizes))
+        blocks, raws = self.out_sets[s]
+        in_place = {lay.places[k][1] for k in lay.alias}
+        for j, n in enumerate(lay.out_sizes):
+            if raws[j] is None and (full or j not in in_place):
+                blocks[j] = arrays.base_pool().alloc(n)
+                raws[j] = blocks[j].raw
+        return raws
 
     def choose_set(self, bufs) -> int:
         """The output set to write: one that holds no argument (0 if neither does)."""
@@ -271,17 +278,19 @@ class Plan:
         consts = sum(_align(c.size * c.dtype.itemsize) for c in self.consts)
         if self.layout is None:      # not planned (host calls inside): no static figure
             return args + consts
-        return args + consts + self.layout.arena_bytes + sum(self.layout.out_sizes)
+        in_place = {self.layout.places[k][1] for k in self.layout.alias}
+        return args + consts + self.layout.arena_bytes + sum(
+            n for j, n in enumerate(self.layout.out_sizes) if j not in in_place)
 
     def planned_bytes(self) -> dict:
         """Device memory this plan holds: the arena, output sets, and graph staging buffers."""
         lay = self.layout
         if lay is None:
             return {}
-        sets = sum(1 for s in self.out_sets if s is not None)
+        held = sum(r.nbytes for s in self.out_sets if s is not None for r in s[1]
+                   if r is not None)
         staging = self.graphs.staging_bytes() if self.graphs is not None else 0
-        return {"arena": lay.arena_bytes, "outputs": sets * sum(lay.out_sizes),
-                "staging": staging}
+        return {"arena": lay.arena_bytes, "outputs": held, "staging": staging}
 
     # the steps ------------------------------------------------------------------------------
 
