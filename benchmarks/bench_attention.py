@@ -120,7 +120,7 @@ def _gpu_ms(call, reps):
     return us / reps / 1e3
 
 
-EXTRA_CONFIGS = {"dq": [(32, 32, 8, 8)], "dkv": [(16, 32, 4, 8)]}
+EXTRA_CONFIGS = {"dq": [(16, 32, 4, 8)], "dkv": [(16, 32, 4, 8)]}
 
 
 def main(b=16, n=6, t=256, h=64):
