@@ -507,6 +507,10 @@ class Array(ArrayBase):
         return self._scalar(int)
     def item(self): return np.asarray(self).item()
     def tolist(self): return np.asarray(self).tolist()
+    def to_device(self, device, /, *, stream=None):
+        """This array on `device` ("cpu" or "cuda"), as the array API's to_device."""
+        return to_array(self, device)
+
     def block_until_ready(self):
         get_backend(self.device).synchronize()
         return self

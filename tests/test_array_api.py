@@ -52,3 +52,21 @@ def test_inplace_operators_rebind_and_keep_dtype_and_shape():
     assert "test_array_api.py" in str(e.value)
     with pytest.raises(TypeError, match=r"i32\[3\] to i32\[2,3\]"):
         x += fnp.ones((2, 3), fnp.int32)
+
+
+def test_standard_spellings_vecdot_and_to_device():
+    x = np.arange(6, dtype=np.int32).reshape(2, 3)
+    np.testing.assert_array_equal(np.asarray(fnp.bitwise_left_shift(x, 1)), x << 1)
+    np.testing.assert_array_equal(np.asarray(fnp.bitwise_right_shift(x, 1)), x >> 1)
+    np.testing.assert_array_equal(np.asarray(fnp.bitwise_invert(x)), ~x)
+    np.testing.assert_array_equal(np.asarray(fnp.pow(x, 2)), x ** 2)
+    z = np.asarray([[1j, 2.0], [1 - 1j, 0.5j]], np.complex64)
+    w = np.asarray([[1j, 1.0], [2.0, 1j]], np.complex64)
+    np.testing.assert_allclose(np.asarray(fnp.vecdot(z, w)), np.sum(z.conj() * w, axis=-1))
+    np.testing.assert_allclose(np.asarray(fnp.vecdot(z, w, axis=0)), np.sum(z.conj() * w, 0))
+    assert complex(fnp.vdot(z, w)) == pytest.approx(np.vdot(z, w))
+    with pytest.raises(ValueError, match="sizes"):
+        fnp.vecdot(np.ones(3), np.ones(2))
+    a = fnp.ones(2)
+    assert a.to_device("cpu").device == "cpu"
+    assert fnp.ones((2, 3)).mT.shape == (3, 2)

@@ -224,8 +224,8 @@ OPS: dict = {
     "add": (2, _wrapping("({0} + {1})"), ()),
     "sub": (2, _wrapping("({0} - {1})"), ()),
     "mul": (2, _wrapping("({0} * {1})"), ()),
-    "div": (2, lambda a, t: f"({a[0]} / {a[1]})" if (t.f or t.c) else f"idiv_{t.ct}({a[0]}, {a[1]})",
-            ("idiv",)),
+    "div": (2, lambda a, t: (f"({a[0]} / {a[1]})" if (t.f or t.c)
+                             else f"idiv_{t.ct}({a[0]}, {a[1]})"), ("idiv",)),
     "rem": (2, lambda a, t: (f"math.fmod({a[0]}, {a[1]})" if t.f
                              else f"irem_{t.ct}({a[0]}, {a[1]})"), ("idiv", "irem")),
     "pow": (2, _u("({0} ** {1})"), ()),

@@ -4,6 +4,7 @@ from __future__ import annotations
 import string
 
 from .. import prims as P
+from .. import prims_complex as PC
 from ..core import type_error
 from ._base import asarray, broadcast_shapes, broadcast_to, reshape, result_type
 from ._shape import transpose
@@ -80,6 +81,10 @@ def dot(a, b, *, precision=None):
 
 
 def vdot(a, b, *, precision=None):
+    """Dot product of the flattened arrays, conjugating a first (numpy.vdot)."""
+    a = asarray(a)
+    if a.dtype.kind == "c":
+        a = PC.conj(a)
     return dot(reshape(a, (-1,)), reshape(b, (-1,)), precision=precision)
 
 
