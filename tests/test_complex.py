@@ -200,3 +200,18 @@ def test_vmap_and_jit_with_complex():
                                rtol=1e-12)
     g = funcgrad.jit(funcgrad.grad(lambda v: fnp.sum(fnp.abs(v))))
     np.testing.assert_allclose(np.asarray(g(z)), z.conj() / np.abs(z), rtol=1e-12)
+
+
+@pytest.mark.parametrize("name,real_in", [("fft", False), ("ifft", False), ("rfft", True),
+                                          ("irfft", False), ("hfft", False), ("ihfft", True)])
+def test_fft_matches_numpy_and_differentiates(name, real_in):
+    x = RNG.standard_normal((2, 5)) if real_in else crand(2, 5)
+    f, g = getattr(fnp.fft, name), getattr(np.fft, name)
+    for kw in ({}, {"n": 4}, {"n": 7, "axis": 0}, {"norm": "ortho"}, {"norm": "forward"}):
+        np.testing.assert_allclose(np.asarray(f(x, **kw)), g(x, **kw), atol=1e-12, err_msg=str(kw))
+    check_grads(lambda v: fnp.sum(fnp.abs(f(v, n=4)) ** 2), (x,), order=1)
+    z = crand(3, 4)
+    np.testing.assert_allclose(np.asarray(fnp.fft.fftn(z, axes=(0, 1))), np.fft.fftn(z),
+                               atol=1e-12)
+    np.testing.assert_allclose(np.asarray(fnp.fft.irfftn(z, axes=(0, 1))),
+                               np.fft.irfftn(z, axes=(0, 1)), atol=1e-12)

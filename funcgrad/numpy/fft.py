@@ -1,13 +1,11 @@
-"""funcgrad.numpy.fft: the real-valued helpers (frequencies and shifts).
-
-funcgrad arrays have no complex dtypes yet, so the transforms themselves (fft, rfft, ...)
-are not provided; fftfreq, rfftfreq, fftshift and ifftshift are.
-"""
+"""funcgrad.numpy.fft: the transforms (funcgrad/numpy/_fft_complex.py), frequencies, shifts."""
 from __future__ import annotations
 
 import numpy as np
 
 from ._base import asarray, canonical_dtype, norm_axes
+from ._fft_complex import (fft, fftn, hfft, ifft, ifftn, ihfft, irfft, irfftn,  # noqa: F401
+                           rfft, rfftn)
 
 
 def fftfreq(n, d=1.0, *, dtype=None, device=None):
