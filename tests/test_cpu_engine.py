@@ -253,3 +253,30 @@ def test_chunks_run_once_each_without_waiting_for_a_late_helper_and_raise():
     late.run([lambda j=j: ran.append(j) for j in range(3)])
     assert ran == [0, 1, 2]
     assert bounds(10, 4) == [(0, 2), (2, 5), (5, 7), (7, 10)] and bounds(2, 4) == [(0, 1), (1, 2)]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [1, 3, 10, 17, 130, 3001])
+def test_softmax_xent_twins_equal_the_numpy_impls(monkeypatch, rng, dtype, n):
+    # njit twins of softmax_xent and its backward (exp/log left to numpy, numpy's pairwise
+    # row sums replicated) give the impls' bits, NaN and infinite logits included
+    from funcgrad import fused, fused_bwd
+    from funcgrad.backends import cpu_rows
+    from funcgrad.core import ShapedArray
+    x = (rng.standard_normal((2, 9, n)) * 30).astype(dtype)
+    x[0, 0, 0], x[0, 1, -1], x[1, 2, 0] = np.nan, np.inf, -np.inf
+    labels = rng.integers(0, n, (2, 9)).astype(np.int32)
+    ct = rng.standard_normal((2, 9)).astype(dtype)
+    aval = ShapedArray(x.shape, np.dtype(dtype))
+    out = np.empty((2, 9), dtype)
+    cpu_rows.xent_into(aval)(x, labels, out)
+    with np.errstate(all="ignore"):
+        want = fused._xent_impl(x, labels)
+        want_bwd = fused_bwd._xent_bwd_impl(x, labels, ct)
+    np.testing.assert_array_equal(out, want)
+    grad = np.empty_like(x)
+    cpu_rows.xent_bwd_into(aval)(x, labels, ct, grad)
+    np.testing.assert_array_equal(grad, want_bwd)
+    labels[1, 3] = n
+    with pytest.raises(IndexError, match=f"label {n} is out of range"):
+        cpu_rows.xent_into(aval)(x, labels, out)

@@ -25,9 +25,11 @@ from .. import prims as P
 from ..clustering import Cluster, external_inputs, fusible, plan_steps
 from ..core import FuncgradError, Lit
 from ..prims import IndexOutOfRange
-from . import cpu_blas, cpu_kernels, cpu_memory, cpu_ops, cpu_parallel
+from . import cpu_blas, cpu_kernels, cpu_memory, cpu_ops, cpu_parallel, cpu_rows
 
 _FILENAME = "<funcgrad cpu plan>"
+# primitives with an njit twin of their numpy impl (bit for bit), used by fused programs
+ROW_TWINS = {"softmax_xent": cpu_rows.xent_into, "softmax_xent_bwd": cpu_rows.xent_bwd_into}
 
 
 def fuse_after() -> int | None:
@@ -353,6 +355,11 @@ def _steps(expr, fuse):
         if e.out in lazy and e.inputs[0].aval.ndim == 0:
             steps.append(_Step("alias", e, [e.out], [e.inputs[0]], None))
             continue
+        if fuse and e.prim.name in ROW_TWINS:
+            into = ROW_TWINS[e.prim.name](e.inputs[0].aval)
+            if into is not None:
+                steps.append(_Step("into", e, [e.out], list(e.inputs), into))
+                continue
         if fuse and e.prim is P.reduce_sum_p:
             into = _colsum_into(e.inputs[0].aval, e.params["axes"])
             if into is not None:
