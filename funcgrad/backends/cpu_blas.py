@@ -5,7 +5,8 @@ OpenBLAS splits every product above ~2^18 multiply-adds over all its threads. On
 whose cores are shared, a small product then waits for a descheduled thread: a 128^3 product
 took 38 us with one core free and 5 ms when another process held it (development VM, 2 cores).
 Products under `serial_flops()` run on one thread (barely slower when the machine is idle);
-larger ones choose between the pool and one thread by their measured times (`Adaptive`). Where numpy's BLAS is not a loaded OpenBLAS, nothing changes.
+larger ones choose between the pool and one thread by their measured times (`Adaptive`).
+Where numpy's BLAS is not a loaded OpenBLAS, nothing changes.
 """
 from __future__ import annotations
 

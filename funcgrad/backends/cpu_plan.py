@@ -22,7 +22,7 @@ import warnings
 import numpy as np
 
 from .. import prims as P
-from ..clustering import Cluster, external_inputs, fusible, plan_steps
+from ..clustering import external_inputs, fusible, plan_steps
 from ..core import FuncgradError, Lit
 from ..prims import IndexOutOfRange
 from . import cpu_blas, cpu_kernels, cpu_memory, cpu_ops, cpu_parallel, cpu_rows
@@ -480,4 +480,4 @@ def _full_shape(fn, shape):
     return run
 
 
-__all__ = ["CpuPlan", "Program", "Cluster"]
+__all__ = ["CpuPlan", "Program"]
