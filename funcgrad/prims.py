@@ -234,7 +234,7 @@ def _ipow_deriv(x, y):
 
 
 integer_pow_p = defprim(
-    "integer_pow", lambda x, *, y: _same_shape_rule("integer_pow", "fic")(x), _ipow_impl,
+    "integer_pow", lambda x, *, y: _same_shape_rule("integer_pow", "fiuc")(x), _ipow_impl,
     vjp=lambda ct, x, *, out, y: (None if y == 0 else mul(ct, _ipow_deriv(x, y)),),
     jvp=lambda ts, xs, *, out, y: None if ts[0] is None or y == 0 else mul(
         ts[0], _ipow_deriv(xs[0], y)),

@@ -81,3 +81,28 @@ def as_complex(x):
 def mul_i(x):
     """i x for a complex x."""
     return mul(x, full_like(x, 1j))
+
+
+# fft(x; axis, inverse): the unnormalized DFT along `axis`, sum_j x_j exp(-+2 pi i jk / n).
+# The DFT matrix is symmetric, so the transpose (vjp) is the same transform.
+def _fft_shape(x, *, axis, inverse):
+    if x.dtype.kind != "c":
+        raise type_error("fft", f"operand must be complex, got {x.dtype.name}", (x,))
+    if not 0 <= axis < x.ndim:
+        raise type_error("fft", f"axis {axis} is out of range for rank {x.ndim}", (x,))
+    return ShapedArray(x.shape, x.dtype)
+
+
+def _fft_impl(x, *, axis, inverse):
+    if x.shape[axis] == 0:
+        return x.copy()
+    out = np.fft.ifft(x, axis=axis) * x.shape[axis] if inverse else np.fft.fft(x, axis=axis)
+    return out.astype(x.dtype)
+
+
+fft_p = defprim("fft", _fft_shape, _fft_impl)
+fft_p.vjp = lambda ct, x, *, out, axis, inverse: (bind(fft_p, ct, axis=axis, inverse=inverse),)
+fft_p.jvp = lambda ts, xs, *, out, axis, inverse: None if ts[0] is None else bind(
+    fft_p, ts[0], axis=axis, inverse=inverse)
+fft_p.batch = lambda args, dims, *, axis, inverse: (
+    bind(fft_p, args[0], axis=axis + 1, inverse=inverse), 0)

@@ -814,3 +814,12 @@ for _name in ("real", "imag", "conj"):
     SPECS[_name] = PrimSpec(_name, _make_complex_unary, dtypes=COMPLEX, diff_argnums=(0,),
                             domain="complex", tol={C64: (1e-5, 1e-6), C128: (1e-12, 1e-14)})
 SPECS["complex"] = PrimSpec("complex", _make_complex, dtypes=FLOATS, diff_argnums=(0, 1))
+
+
+def _make_fft(rng, shape, dtype, for_grad):
+    return [crand(rng, shape, dtype)], {"axis": len(shape) - 1, "inverse": bool(
+        rng.random() < 0.5)}
+
+
+SPECS["fft"] = PrimSpec("fft", _make_fft, dtypes=COMPLEX, diff_argnums=(0,), min_ndim=1,
+                        domain="complex", tol={C64: (1e-4, 1e-5), C128: (1e-11, 1e-12)})

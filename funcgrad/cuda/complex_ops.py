@@ -1,8 +1,10 @@
 """Complex operands on the CUDA backend: which lowerings accept them, and complex reduce_sum.
 
 Elementwise ops with complex rows in elementwise.OPS, layout views and gathers handle complex
-buffers as they are; reduce_sum reduces the real and imaginary parts separately. Every other
-lowering raises NotImplementedError naming the primitive and dtype (never a wrong result).
+buffers as they are; reduce_sum reduces the real and imaginary parts separately; fft has no
+kernel yet and round-trips through the host (numpy's FFT: correct, but a device sync and two
+copies). Every other lowering raises NotImplementedError naming the primitive and dtype (never
+a wrong result).
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from .. import prims_complex as PC
 from ..core import real_dtype, user_frame_src
 from . import elementwise as ew
 from . import reduce
+from .arrays import from_host, to_host
 
 # elementwise primitives whose scalar ops have complex forms in elementwise.OPS
 _EW_COMPLEX = {"neg", "exp", "log", "tanh", "sin", "cos", "sqrt", "abs", "sign", "add", "sub",
@@ -28,6 +31,11 @@ def _complex_sum(bufs, params, aval):
     parts = [reduce.reduce("sum", ew.run(name, [x], rd), params["axes"], rd)
              for name in ("real", "imag")]
     return ew.run("complex", parts, aval.dtype)
+
+
+def _fft_via_host(bufs, params, aval):
+    x = to_host(ew.contiguous(bufs[0]))
+    return from_host(np.ascontiguousarray(PC.fft_p.impl(x, **params)))
 
 
 def _guard(prim, fn):
@@ -51,7 +59,8 @@ def register(table: dict) -> None:
             return _complex_sum(bufs, params, aval)
         return sum_lower(bufs, params, aval)
     table[P.reduce_sum_p] = reduce_sum
+    table[PC.fft_p] = _fft_via_host
     for prim, fn in list(table.items()):
-        if prim.name not in _EW_COMPLEX | _LAYOUT | {"reduce_sum"}:
+        if prim.name not in _EW_COMPLEX | _LAYOUT | {"reduce_sum", "fft"}:
             table[prim] = _guard(prim, fn)
     assert all(p in table for p in (PC.real_p, PC.imag_p, PC.conj_p, PC.complex_p))

@@ -159,7 +159,8 @@ from . import fft  # noqa: E402,F401
 from ._array_api import __array_api_version__, __array_namespace_info__, vecdot  # noqa: E402,F401
 bitwise_left_shift, bitwise_right_shift, bitwise_invert, pow = (  # noqa: E402  (array API names)
     left_shift, right_shift, invert, power)
-dtype, finfo, iinfo, issubdtype = _np.dtype, _np.finfo, _np.iinfo, _np.issubdtype
+dtype, iinfo, issubdtype = _np.dtype, _np.iinfo, _np.issubdtype
+from ._array_api import finfo  # noqa: E402,F401  (Python-float limits, as the array API asks)
 floating, integer, inexact, number, signedinteger, unsignedinteger = (
     _np.floating, _np.integer, _np.inexact, _np.number, _np.signedinteger, _np.unsignedinteger)
 

@@ -1,7 +1,9 @@
 """The array API standard's (2023.12) inspection namespace: __array_namespace_info__."""
 from __future__ import annotations
 
-from ..core import _backend_factories, default_device
+import numpy as np
+
+from ..core import _backend_factories, _cuda_usable, default_device
 
 __array_api_version__ = "2023.12"
 
@@ -36,8 +38,8 @@ class _Info:
         return default_device()
 
     def devices(self) -> list:
-        """The devices funcgrad knows about ("cpu", and "cuda" when registered)."""
-        return sorted(_backend_factories)
+        """The usable devices: "cpu", and "cuda" when a GPU (or the simulator) is usable."""
+        return ["cpu"] + (["cuda"] if "cuda" in _backend_factories and _cuda_usable() else [])
 
     def default_dtypes(self, *, device=None) -> dict:
         """The default dtypes of new arrays (JAX's 32-bit defaults)."""
@@ -113,3 +115,29 @@ def vecdot(x1, x2, /, *, axis=-1):
         raise ValueError(f"vecdot: axis {axis} has sizes {a.shape[axis]} and {b.shape[axis]}")
     a, b = promote_args("vecdot", a, b)
     return _sum(conjugate(a) * b, axis=axis)
+
+
+class finfo:  # noqa: N801  (numpy's and the standard's name)
+    """Machine limits of a floating or complex dtype, as Python floats (array API finfo).
+
+    Example:
+        >>> import funcgrad.numpy as fnp
+        >>> fnp.finfo(fnp.complex64).bits
+        32
+    """
+
+    def __init__(self, type):   # noqa: A002  (the standard's parameter name)
+        from ._base import canonical_dtype
+        dt = canonical_dtype(getattr(type, "dtype", type))
+        if dt.kind not in "fc":
+            raise ValueError(f"finfo: {dt.name} is not a floating or complex dtype")
+        info = np.finfo(dt)
+        self.dtype = np.dtype(info.dtype)
+        self.bits = int(info.bits)
+        self.eps, self.max, self.min = float(info.eps), float(info.max), float(info.min)
+        self.smallest_normal = float(info.smallest_normal)
+        self.tiny, self.resolution = float(info.tiny), float(info.resolution)
+        self.precision = int(info.precision)
+
+    def __repr__(self):
+        return f"finfo(eps={self.eps}, min={self.min}, max={self.max}, dtype={self.dtype.name})"

@@ -140,7 +140,14 @@ def _from_python(x, dtype):
     return arr
 
 
-def asarray(x, dtype=None, copy=None):
+def _on(out, device):
+    """out placed on `device` when one is given (a concrete array; traced values stay put)."""
+    if device is None or not hasattr(out, "device") or getattr(out, "device", None) == device:
+        return out
+    return to_array(out, device)
+
+
+def asarray(x, dtype=None, copy=None, *, device=None):
     """Convert to a funcgrad array (numpy arrays keep their dtype; Python floats are float32).
 
     Example:
@@ -148,6 +155,8 @@ def asarray(x, dtype=None, copy=None):
         >>> fnp.asarray([1.0, 2.0]).dtype
         dtype('float32')
     """
+    if device is not None:
+        return _on(asarray(x, dtype, copy), device)
     dtype = canonical_dtype(dtype)
     if isinstance(x, ArrayBase):
         if dtype is None or x.dtype == dtype:
@@ -214,8 +223,9 @@ def promote_args(op, *args, dtype=None):
     return [broadcast_to(v, shape) for v in vals]
 
 
-def reshape(a, newshape, order="C"):
-    """numpy.reshape (one -1 inferred); only C order."""
+def reshape(a, shape=None, order="C", *, newshape=None, copy=None):
+    """numpy.reshape (one -1 inferred); only C order (newshape: numpy's older name)."""
+    newshape = shape if shape is not None else newshape
     if order != "C":
         raise NotImplementedError("funcgrad.numpy.reshape supports order='C' only")
     a = asarray(a)
@@ -267,46 +277,48 @@ def _shape_tuple(shape):
     return tuple(int(s) for s in shape)
 
 
-def full(shape, fill_value, dtype=None):
+def full(shape, fill_value, dtype=None, *, device=None):
     """numpy.full (dtype from fill_value when not given; Python floats give float32)."""
     dtype = canonical_dtype(dtype) or result_type(fill_value)
     if isinstance(fill_value, ArrayBase):
-        return broadcast_to(asarray(fill_value, dtype), _shape_tuple(shape))
-    return prims.broadcast_in_dim(np.asarray(fill_value, dtype), _shape_tuple(shape), ())
+        return _on(broadcast_to(asarray(fill_value, dtype), _shape_tuple(shape)), device)
+    return _on(prims.broadcast_in_dim(np.asarray(fill_value, dtype), _shape_tuple(shape), ()),
+               device)
 
 
-def zeros(shape, dtype=None):
+def zeros(shape, dtype=None, *, device=None):
     """numpy.zeros, float32 by default."""
-    return full(shape, 0, canonical_dtype(dtype) or np.float32)
+    return full(shape, 0, canonical_dtype(dtype) or np.float32, device=device)
 
 
-def ones(shape, dtype=None):
+def ones(shape, dtype=None, *, device=None):
     """numpy.ones, float32 by default."""
-    return full(shape, 1, canonical_dtype(dtype) or np.float32)
+    return full(shape, 1, canonical_dtype(dtype) or np.float32, device=device)
 
 
-def empty(shape, dtype=None):
-    return zeros(shape, dtype)
+def empty(shape, dtype=None, *, device=None):
+    return zeros(shape, dtype, device=device)
 
 
 def _like(a):
     return a if isinstance(a, ArrayBase) else asarray(a)
 
 
-def full_like(a, fill_value, dtype=None, shape=None):
+def full_like(a, fill_value, dtype=None, shape=None, *, device=None):
     a = _like(a)
-    return full(a.shape if shape is None else shape, fill_value, canonical_dtype(dtype) or a.dtype)
+    return full(a.shape if shape is None else shape, fill_value,
+                canonical_dtype(dtype) or a.dtype, device=device)
 
 
-def zeros_like(a, dtype=None, shape=None):
-    return full_like(a, 0, dtype, shape)
+def zeros_like(a, dtype=None, shape=None, *, device=None):
+    return full_like(a, 0, dtype, shape, device=device)
 
 
-def ones_like(a, dtype=None, shape=None):
-    return full_like(a, 1, dtype, shape)
+def ones_like(a, dtype=None, shape=None, *, device=None):
+    return full_like(a, 1, dtype, shape, device=device)
 
 
-def arange(start, stop=None, step=None, dtype=None):
+def arange(start, stop=None, step=None, dtype=None, *, device=None):
     """numpy.arange with static bounds (int32 for ints, float32 for floats by default)."""
     vals = [v for v in (start, stop, step) if v is not None]
     dt = canonical_dtype(dtype) or result_type(*[_static_scalar(v) for v in vals])
@@ -314,7 +326,7 @@ def arange(start, stop=None, step=None, dtype=None):
         start, stop = 0, start
     r = np.arange(_static_scalar(start), _static_scalar(stop),
                   1 if step is None else _static_scalar(step))
-    return asarray(r.astype(dt))
+    return asarray(r.astype(dt), device=device)
 
 
 def _static_scalar(v):
@@ -323,16 +335,17 @@ def _static_scalar(v):
     return v
 
 
-def linspace(start, stop, num=50, endpoint=True, dtype=None):
-    """numpy.linspace with static bounds, float32 by default."""
-    dt = canonical_dtype(dtype) or np.dtype(np.float32)
-    return asarray(np.linspace(start, stop, num, endpoint=endpoint).astype(dt))
+def linspace(start, stop, num=50, endpoint=True, dtype=None, *, device=None):
+    """numpy.linspace with static bounds, float32 by default (complex64 for complex bounds)."""
+    dt = canonical_dtype(dtype) or np.dtype(
+        np.complex64 if isinstance(start, complex) or isinstance(stop, complex) else np.float32)
+    return asarray(np.linspace(start, stop, num, endpoint=endpoint).astype(dt), device=device)
 
 
-def eye(N, M=None, k=0, dtype=None):
+def eye(N, M=None, k=0, dtype=None, *, device=None):
     """numpy.eye, float32 by default."""
     dt = canonical_dtype(dtype) or np.dtype(np.float32)
-    return asarray(np.eye(N, M, k, dtype=dt))
+    return asarray(np.eye(N, M, k, dtype=dt), device=device)
 
 
 def identity(n, dtype=None):

@@ -51,7 +51,8 @@ def _accum_dtype(x, dtype):
     if dt is not None:
         return dt
     if x.dtype.kind == "b" or (x.dtype.kind in "iu" and x.dtype.itemsize < 4):
-        return np.dtype(np.int32)   # like sum: bools and small ints accumulate as int32
+        # like sum: bools and small ints accumulate as int32 (unsigned ones as uint32)
+        return np.dtype(np.uint32 if x.dtype.kind == "u" else np.int32)
     return x.dtype
 
 

@@ -1,16 +1,17 @@
 """The discrete Fourier transforms of numpy.fft / the array API fft extension.
 
-Each 1-D transform is a product with the DFT matrix W[j, k] = exp(-+2 pi i jk / n) (built in
-float64, cast to the operand's complex dtype), so grad, vmap and jit come with it; it costs
-O(n^2) per transformed axis (an FFT primitive would bring O(n log n)).
+Each 1-D transform is the fft primitive (funcgrad/prims_complex.py: numpy's FFT on the CPU,
+no CUDA kernel yet) along one axis, after cutting or zero-padding to n, times the norm's scale.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from .. import prims_complex as PC
+from ..core import bind
 from ._base import asarray, norm_axes
 from ._extra_math import conjugate, real
-from ._shape import concatenate, flip, moveaxis, pad
+from ._shape import concatenate, flip, pad
 
 _NORMS = ("backward", "ortho", "forward")
 
@@ -49,9 +50,9 @@ def _dft(x, n, axis, norm, inverse):
     (axis,) = norm_axes(axis, x.ndim, "fft")
     n = x.shape[axis] if n is None else int(n)
     x = _fit(asarray(x, _complex_of(x)), n, axis)
-    jk = np.outer(np.arange(n), np.arange(n)) % n
-    w = np.exp((2j if inverse else -2j) * np.pi * jk / n) * _scale(n, norm, inverse)
-    return moveaxis(moveaxis(x, axis, -1) @ asarray(w.astype(x.dtype)), -1, axis)
+    out = bind(PC.fft_p, x, axis=axis, inverse=inverse)
+    scale = _scale(n, norm, inverse)
+    return out if scale == 1.0 else out * float(scale)
 
 
 def fft(x, /, *, n=None, axis=-1, norm="backward"):

@@ -216,9 +216,9 @@ def kaiser(M, beta):
 # creation helpers, dtype names, printing
 # ---------------------------------------------------------------------------------------------
 
-def empty_like(prototype, dtype=None, shape=None):
+def empty_like(prototype, dtype=None, shape=None, *, device=None):
     from ._base import zeros_like
-    return zeros_like(prototype, dtype, shape)
+    return zeros_like(prototype, dtype, shape, device=device)
 
 
 def copy(a, order=None):

@@ -48,7 +48,13 @@ tanh = _unary_float(P.tanh_p, "tanh")
 sin = _unary_float(P.sin_p, "sin")
 cos = _unary_float(P.cos_p, "cos")
 sqrt = _unary_float(P.sqrt_p, "sqrt")
-floor = _unary_float(P.floor_p, "floor")
+_floor_float = _unary_float(P.floor_p, "floor")
+
+
+def floor(x):
+    """Elementwise numpy.floor (integer and bool inputs are returned as they are)."""
+    x = asarray(x)
+    return x if x.dtype.kind in "biu" else _floor_float(x)
 _isfinite_real = _unary_float(P.isfinite_p, "isfinite")
 
 
@@ -63,6 +69,12 @@ def isfinite(x):
 def _unary_same(prim, name):
     def f(x):
         x = asarray(x)
+        if x.dtype.kind == "u":   # unsigned: |x| = x, sign x = (x != 0), -x wraps around
+            if prim is P.abs_p:
+                return x
+            if prim is P.sign_p:
+                return P.convert(bind(P.ne_p, x, P.zeros_like(x)), x.dtype)
+            return bind(P.sub_p, P.zeros_like(x), x)
         return bind(prim, x) if x.dtype != np.bool_ else x
     f.__name__ = name
     f.__doc__ = f"Elementwise numpy.{name}."
@@ -297,13 +309,14 @@ def where(condition, x=None, y=None):
                 broadcast_to(b, shape))
 
 
-def clip(a, a_min=None, a_max=None):
-    """numpy.clip: minimum(maximum(a, a_min), a_max)."""
-    out = asarray(a)
-    if a_min is not None:
-        out = maximum(out, a_min)
-    if a_max is not None:
-        out = minimum(out, a_max)
+def clip(x, /, min=None, max=None, *, a_min=None, a_max=None):
+    """numpy.clip: minimum(maximum(x, min), max) (a_min/a_max: numpy's older names)."""
+    lo, hi = (min if min is not None else a_min), (max if max is not None else a_max)
+    out = asarray(x)
+    if lo is not None:
+        out = maximum(out, lo)
+    if hi is not None:
+        out = minimum(out, hi)
     return out
 
 
@@ -328,8 +341,9 @@ def _keep(out, x, axes, keepdims):
 def sum(a, axis=None, dtype=None, keepdims=False):
     """numpy.sum over axis None/int/tuple (bools and small ints sum as int32)."""
     x = asarray(a)
-    dt = canonical_dtype(dtype) or (np.dtype(np.int32) if x.dtype.kind == "b" or (
-        x.dtype.kind in "iu" and x.dtype.itemsize < 4) else x.dtype)
+    dt = canonical_dtype(dtype) or (  # small ints as int32 (unsigned: uint32), like JAX
+        np.dtype(np.uint32 if x.dtype.kind == "u" else np.int32) if x.dtype.kind == "b" or (
+            x.dtype.kind in "iu" and x.dtype.itemsize < 4) else x.dtype)
     x = asarray(x, dt)
     axes = norm_axes(axis, x.ndim, "sum")
     out = bind(P.reduce_sum_p, x, axes=axes) if axes else x
@@ -374,14 +388,16 @@ def prod(a, axis=None, dtype=None, keepdims=False):
     """numpy.prod over axis None/int/tuple."""
     x = asarray(a, canonical_dtype(dtype))
     if dtype is None and (x.dtype.kind == "b" or (x.dtype.kind in "iu" and x.dtype.itemsize < 4)):
-        x = asarray(x, np.int32)  # like sum: bools and small ints multiply as int32
+        x = asarray(x, np.uint32 if x.dtype.kind == "u" else np.int32)  # like sum
     axes = norm_axes(axis, x.ndim, "prod")
     out = bind(P.reduce_prod_p, x, axes=axes) if axes else x
     return _keep(out, x, axes, keepdims)
 
 
-def var(a, axis=None, dtype=None, ddof=0, keepdims=False):
-    """numpy.var: mean of squared deviations, divided by n - ddof."""
+def var(a, axis=None, dtype=None, ddof=0, keepdims=False, *, correction=None):
+    """numpy.var: mean of squared deviations, divided by n - ddof (correction: the array API's
+    name for ddof)."""
+    ddof = ddof if correction is None else correction
     x = asarray(a)
     x = asarray(x, canonical_dtype(dtype) or (x.dtype if _inexact(x.dtype) else _F32))
     axes = norm_axes(axis, x.ndim, "var")
@@ -393,9 +409,9 @@ def var(a, axis=None, dtype=None, ddof=0, keepdims=False):
     return ss / np.asarray(builtins.max(n - ddof, 0), ss.dtype)
 
 
-def std(a, axis=None, dtype=None, ddof=0, keepdims=False):
-    """numpy.std."""
-    return sqrt(var(a, axis, dtype, ddof, keepdims))
+def std(a, axis=None, dtype=None, ddof=0, keepdims=False, *, correction=None):
+    """numpy.std (correction: the array API's name for ddof)."""
+    return sqrt(var(a, axis, dtype, ddof, keepdims, correction=correction))
 
 
 def _arg(prim, name):
