@@ -59,8 +59,8 @@ def _ops_for(dtype):
             prim = getattr(P, f"{name}_p")
             ops.append((name, lambda x, y, p, prim=prim: bind(prim, x, y)))
     ops.append(("select", lambda x, y, p: bind(P.select_p, p, x, y)))
-    if k in "fi":
-        for n in (0, 1, 2, 3, -1, -2, 9) if k == "i" else (0, 1, 2, -1):
+    if k in "fiu":
+        for n in (0, 1, 2, 3, -1, -2, 9) if k in "iu" else (0, 1, 2, -1):
             ops.append((f"ipow{n}", lambda x, y, p, n=n: bind(P.integer_pow_p, x, y=n)))
     for to in [np.float32, np.float64, np.int32, np.uint8, np.int64, np.bool_]:
         if k == "f" and np.dtype(to).kind in "iu":
