@@ -22,6 +22,7 @@ class Cluster:
         self.shape = tuple(shape)
         self.eqns = []
         self.members = set()
+        self.recomputed = set()   # members recomputed from another cluster's operands
         self.outputs = []
 
     def __repr__(self):
@@ -34,10 +35,11 @@ def is_view_bcast(e, members) -> bool:
         isinstance(e.inputs[0], Var) and e.inputs[0] in members)
 
 
-def plan_steps(expr, can_join=fusible):
+def plan_steps(expr, can_join=fusible, rematerialize=False):
     """Order the expression into steps: ("eqn", eqn) for equations of their own and
     ("fused", Cluster) for elementwise clusters, respecting dependencies. `can_join(e)` says
-    which equations may join a cluster (a backend may keep some out).
+    which equations may join a cluster (a backend may keep some out); `rematerialize` lets a
+    later cluster recompute cheap values of an earlier one instead of reading them.
 
     Example:
         >>> steps = plan_steps(expr)   # e.g. [("eqn", dot), ("fused", fused[add+max][4, 8])]
@@ -72,6 +74,8 @@ def plan_steps(expr, can_join=fusible):
             steps.append(("eqn", e))
     for c in list(open_by_shape.values()):
         flush(c)
+    if rematerialize:
+        _rematerialize(steps)
     # which members are needed outside their cluster
     used_outside = {o for o in expr.outs if isinstance(o, Var)}
     for kind, s in steps:
@@ -82,10 +86,73 @@ def plan_steps(expr, can_join=fusible):
                     used_outside.add(x)
     for kind, s in steps:
         if kind == "fused":
-            s.outputs = [e.out for e in s.eqns if e.out in used_outside]
+            s.outputs = [e.out for e in s.eqns if e.out in used_outside
+                         and e.out not in s.recomputed]
             # members only read through a broadcast need not be computed here
             s.eqns = _prune(s)
     return [(k, s) for k, s in steps if k == "eqn" or s.outputs]
+
+
+MAX_CONE = 16   # elementwise equations a cluster may recompute instead of reading a value
+
+
+def _cone(c, v, limit):
+    """The member equations of cluster c that compute v from c's external values (in order),
+    or None when there are more than `limit` of them."""
+    by_out = {e.out: e for e in c.eqns}
+    need, seen = [v], set()
+    while need:
+        x = need.pop()
+        if x in seen or x not in by_out:
+            continue
+        seen.add(x)
+        if len(seen) > limit:
+            return None
+        e = by_out[x]
+        if not is_view_bcast(e, c.members):
+            need.extend(y for y in e.inputs if isinstance(y, Var))
+    return [e for e in c.eqns if e.out in seen]
+
+
+def _rematerialize(steps):
+    """Recompute cheap elementwise values in a later cluster instead of storing them.
+
+    A backward cluster often reads several values a forward cluster of the same shape computed
+    from one operand (gelu's tanh, x**2, 1 - t**2 from the pre-activation x). When the values a
+    cluster D reads from an earlier cluster C can be recomputed from fewer external operands
+    than D reads of them, D recomputes them in registers: C need not write them (memory held
+    from the forward to the backward pass, and bandwidth)."""
+    fused = [s for k, s in steps if k == "fused"]
+    owner = {}
+    for c in fused:
+        for e in c.eqns:
+            owner.setdefault(e.out, c)
+    for d in fused:
+        ext = external_inputs(d)
+        by_src: dict = {}
+        for v in ext:
+            c = owner.get(v)
+            if c is not None and c is not d and c.shape == d.shape:
+                by_src.setdefault(id(c), (c, []))[1].append(v)
+        for c, vs in by_src.values():
+            cones = [_cone(c, v, MAX_CONE) for v in vs]
+            if any(k is None for k in cones):
+                continue
+            eqns = {e.out: e for k in cones for e in k}
+            members = set(eqns)
+            new_in = set()
+            for e in eqns.values():
+                if e.prim is P.iota_p:
+                    continue
+                src = [e.inputs[0]] if is_view_bcast(e, c.members) else e.inputs
+                new_in.update(y for y in src if isinstance(y, Var) and y not in members)
+            new_in -= set(ext)
+            if len(new_in) >= len(vs):
+                continue
+            dup = [e for e in c.eqns if e.out in members and e.out not in d.members]
+            d.eqns[:0] = dup
+            d.members.update(e.out for e in dup)
+            d.recomputed.update(e.out for e in dup)   # written by c if needed elsewhere
 
 
 def _prune(c):

@@ -1,4 +1,4 @@
-"""Elementwise fusion for jit on CUDA: cluster equations and generate one kernel per cluster.
+"""Elementwise fusion for jit on CUDA: one generated kernel per cluster (funcgrad/clustering.py).
 
 A cluster is a set of elementwise equations (plus broadcasts of their operands and iotas) that
 produce values of one shape. Its kernel reads each external operand once per element — full,
@@ -12,163 +12,10 @@ from __future__ import annotations
 import numpy as np
 
 from .. import prims as P
+from ..clustering import Cluster, external_inputs, fusible, is_view_bcast  # noqa: F401
+from ..clustering import plan_steps as _plan_steps
 from ..core import Lit, Var
 from .elementwise import compute_t, helper_source, nbt, scalar
-
-# ---------------------------------------------------------------------------------------------
-# clustering
-# ---------------------------------------------------------------------------------------------
-
-
-def fusible(e) -> bool:
-    return e.prim.kind == "elementwise" or e.prim in (P.broadcast_in_dim_p, P.iota_p)
-
-
-class Cluster:
-    """Equations fused into one kernel; `outputs` are the members used outside it."""
-
-    def __init__(self, shape):
-        self.shape = tuple(shape)
-        self.eqns = []
-        self.members = set()
-        self.recomputed = set()   # members recomputed from another cluster's operands
-        self.outputs = []
-
-    def __repr__(self):
-        return f"fused[{'+'.join(e.prim.name for e in self.eqns)}]{list(self.shape)}"
-
-
-def _is_view_bcast(e, members):
-    """A broadcast of an operand from outside the cluster: read through an index map."""
-    return e.prim is P.broadcast_in_dim_p and not (
-        isinstance(e.inputs[0], Var) and e.inputs[0] in members)
-
-
-def plan_steps(expr):
-    """Order the expression into steps: ("eqn", eqn) for kernels of their own and
-    ("fused", Cluster) for fused elementwise clusters, respecting dependencies."""
-    steps = []
-    open_by_shape: dict[tuple, Cluster] = {}
-    producer: dict[Var, Cluster] = {}
-
-    def flush(c):
-        if open_by_shape.get(c.shape) is c:
-            del open_by_shape[c.shape]
-            steps.append(("fused", c))
-
-    def flush_inputs(e, keep=None):
-        for x in e.inputs:
-            c = producer.get(x) if isinstance(x, Var) else None
-            if c is not None and c is not keep and open_by_shape.get(c.shape) is c:
-                flush(c)
-
-    for e in expr.eqns:
-        if fusible(e) and e.out.aval.size > 0:
-            shape = e.out.aval.shape
-            c = open_by_shape.get(shape)
-            if c is None:
-                c = open_by_shape[shape] = Cluster(shape)
-            flush_inputs(e, keep=c)
-            c.eqns.append(e)
-            c.members.add(e.out)
-            producer[e.out] = c
-        else:
-            flush_inputs(e)
-            steps.append(("eqn", e))
-    for c in list(open_by_shape.values()):
-        flush(c)
-    _rematerialize(steps)
-    # which members are needed outside their cluster
-    used_outside = {o for o in expr.outs if isinstance(o, Var)}
-    for kind, s in steps:
-        eqns = [s] if kind == "eqn" else s.eqns
-        for e in eqns:
-            for x in e.inputs:
-                if isinstance(x, Var) and (kind == "eqn" or x not in s.members):
-                    used_outside.add(x)
-    for kind, s in steps:
-        if kind == "fused":
-            s.outputs = [e.out for e in s.eqns if e.out in used_outside
-                         and e.out not in s.recomputed]
-            # members only read through a broadcast need not be computed here
-            s.eqns = _prune(s)
-    return [(k, s) for k, s in steps if k == "eqn" or s.outputs]
-
-
-MAX_CONE = 16   # elementwise equations a cluster may recompute instead of reading a value
-
-
-def _cone(c, v, limit):
-    """The member equations of cluster c that compute v from c's external values (in order),
-    or None when there are more than `limit` of them."""
-    by_out = {e.out: e for e in c.eqns}
-    need, seen = [v], set()
-    while need:
-        x = need.pop()
-        if x in seen or x not in by_out:
-            continue
-        seen.add(x)
-        if len(seen) > limit:
-            return None
-        e = by_out[x]
-        if not _is_view_bcast(e, c.members):
-            need.extend(y for y in e.inputs if isinstance(y, Var))
-    return [e for e in c.eqns if e.out in seen]
-
-
-def _rematerialize(steps):
-    """Recompute cheap elementwise values in a later cluster instead of storing them.
-
-    A backward cluster often reads several values a forward cluster of the same shape computed
-    from one operand (gelu's tanh, x**2, 1 - t**2 from the pre-activation x). When the values a
-    cluster D reads from an earlier cluster C can be recomputed from fewer external operands
-    than D reads of them, D recomputes them in registers: C need not write them (memory held
-    from the forward to the backward pass, and bandwidth)."""
-    fused = [s for k, s in steps if k == "fused"]
-    owner = {}
-    for c in fused:
-        for e in c.eqns:
-            owner.setdefault(e.out, c)
-    for d in fused:
-        ext = external_inputs(d)
-        by_src: dict = {}
-        for v in ext:
-            c = owner.get(v)
-            if c is not None and c is not d and c.shape == d.shape:
-                by_src.setdefault(id(c), (c, []))[1].append(v)
-        for c, vs in by_src.values():
-            cones = [_cone(c, v, MAX_CONE) for v in vs]
-            if any(k is None for k in cones):
-                continue
-            eqns = {e.out: e for k in cones for e in k}
-            members = set(eqns)
-            new_in = set()
-            for e in eqns.values():
-                if e.prim is P.iota_p:
-                    continue
-                src = [e.inputs[0]] if _is_view_bcast(e, c.members) else e.inputs
-                new_in.update(y for y in src if isinstance(y, Var) and y not in members)
-            new_in -= set(ext)
-            if len(new_in) >= len(vs):
-                continue
-            dup = [e for e in c.eqns if e.out in members and e.out not in d.members]
-            d.eqns[:0] = dup
-            d.members.update(e.out for e in dup)
-            d.recomputed.update(e.out for e in dup)   # written by c if needed elsewhere
-
-
-def _prune(c):
-    need = set(c.outputs)
-    keep = []
-    for e in reversed(c.eqns):
-        if e.out in need:
-            keep.append(e)
-            if _is_view_bcast(e, c.members):
-                continue
-            need.update(x for x in e.inputs if isinstance(x, Var))
-    keep.reverse()
-    return keep
-
 
 # ---------------------------------------------------------------------------------------------
 # code generation
@@ -230,7 +77,7 @@ class FusedKernel:
             out = f"t{k}"
             if e.prim is P.iota_p:
                 body.append(f"{out} = {compute_t(dt)}(c{e.params['dimension']})")
-            elif _is_view_bcast(e, c.members):
+            elif is_view_bcast(e, c.members):
                 x = e.inputs[0]
                 if not isinstance(x, Var):
                     body.append(f"{out} = {_lit(x.val, dt)}")
@@ -285,16 +132,11 @@ class FusedKernel:
         return a
 
 
-def external_inputs(c: Cluster) -> list:
-    """Variables the cluster reads from outside, in first-use order."""
-    seen = []
-    for e in c.eqns:
-        if e.prim is P.iota_p:
-            continue
-        for x in e.inputs:
-            if isinstance(x, Var) and x not in c.members and x not in seen:
-                seen.append(x)
-    return seen
+
+
+def plan_steps(expr):
+    """The clustering of funcgrad/clustering.py, with rematerialization (GPU clusters)."""
+    return _plan_steps(expr, rematerialize=True)
 
 
 def layout_of(v, buf, shape) -> str:

@@ -392,7 +392,7 @@ def _reads_flat(c, x) -> bool:
     direct = bcast = False
     for e in c.eqns:
         if x in e.inputs:
-            if fusion._is_view_bcast(e, c.members):
+            if fusion.is_view_bcast(e, c.members):
                 bcast = True
             else:
                 direct = True
