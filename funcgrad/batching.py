@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable
 from typing import Any
 
 
 from . import prims as P
+from .collectives import axis_frame
 from .core import Lit, aval_of, bind, source_info, trace_to_expr, user_frame_src
 from .tree_util import tree_flatten, tree_unflatten
 
@@ -26,8 +28,28 @@ def _move_axis(x, src, dst):
     return P.transpose(x, order)
 
 
-def batch_eval(expr, consts, args, dims):
-    """Evaluate expr on batched args (dims: batch axis per arg or None) -> (outs, out_dims)."""
+_current = threading.local()
+_INHERIT = object()
+
+
+def batch_eval(expr, consts, args, dims, axis=_INHERIT):
+    """Evaluate expr on batched args (dims: batch axis per arg or None) -> (outs, out_dims).
+
+    axis: (name, size) when the batch axis is a named one (pmap, vmap(axis_name=)): collectives
+    over that name become ordinary ops by their named_batch rule. By default the enclosing
+    batch_eval's axis, since a control-flow body batched by its rule maps the same axis.
+    """
+    if axis is _INHERIT:
+        axis = getattr(_current, "axis", None)
+    prev = getattr(_current, "axis", None)
+    _current.axis = axis
+    try:
+        return _batch_eval(expr, consts, args, dims, axis)
+    finally:
+        _current.axis = prev
+
+
+def _batch_eval(expr, consts, args, dims, axis):
     env = {}
     for v, c in zip(expr.in_binders, list(consts)):
         env[v] = (c, None)
@@ -40,6 +62,12 @@ def batch_eval(expr, consts, args, dims):
     for e in expr.eqns:
         vals, ds = zip(*[read(x) for x in e.inputs]) if e.inputs else ((), ())
         with source_info(e.src):
+            named = getattr(e.prim, "named_batch", None)
+            if named is not None and axis is not None and e.params["axis_name"] == axis[0]:
+                # a collective over this axis: e.g. psum = reduce_sum over the batch dim
+                vals = [_move_to_front(v, d) for v, d in zip(vals, ds)]
+                env[e.out] = named(vals, [None if d is None else 0 for d in ds], **e.params)
+                continue
             if all(d is None for d in ds):
                 env[e.out] = (bind(e.prim, *vals, **e.params), None)
                 continue
@@ -64,7 +92,8 @@ def _prefix_leaves(spec, tree, what):
                      f"value it applies to ({type(tree).__name__})\n  at {user_frame_src()}")
 
 
-def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_size: int | None = None):
+def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = None,
+         axis_size: int | None = None):
     """Vectorize `fun` over a batch axis of its inputs.
 
     Args:
@@ -72,6 +101,8 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_size: int | No
         in_axes: int, None, or a tuple (one entry per positional argument) of pytree prefixes
             of ints/None: the axis of each input carrying the batch (None: not batched).
         out_axes: same for the outputs (None: output must not depend on the batch).
+        axis_name: a name for the batch axis, so that collectives inside `fun`
+            (funcgrad.lax.psum, pmean, all_gather, axis_index, ...) can refer to it.
         axis_size: the batch size when no input is batched.
 
     Example:
@@ -125,8 +156,13 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_size: int | No
             store[0] = (out, ot)
             return [_as_value(o) for o in ol]
 
-        expr, consts, _ = trace_to_expr(flat, avals)
-        results = batch_eval(expr, consts, leaves, dims)
+        if axis_name is None:
+            expr, consts, _ = trace_to_expr(flat, avals)
+            results = batch_eval(expr, consts, leaves, dims, axis=None)
+        else:
+            with axis_frame(axis_name, size):
+                expr, consts, _ = trace_to_expr(flat, avals)
+                results = batch_eval(expr, consts, leaves, dims, axis=(axis_name, size))
         out_struct, out_tree = store[0]
         oaxes = _prefix_leaves(out_axes, out_struct, "out_axes")
         outs = []
