@@ -462,6 +462,9 @@ class DeletedBuffer:
         self.why = why
 
     def __getattr__(self, name):
+        self.raise_error()
+
+    def raise_error(self):
         raise RuntimeError(f"this Array was deleted: {self.why}; it can no longer be read "
                            "(use the function's results instead)")
 
@@ -483,7 +486,7 @@ class Array(ArrayBase):
 
     def __array__(self, dtype=None, copy=None):
         if type(self.buf) is DeletedBuffer:
-            self.buf.data   # raises, naming why
+            self.buf.raise_error()
         a = get_backend(self.device).to_numpy(self.buf)
         return a if dtype is None else a.astype(dtype)
 

@@ -253,7 +253,7 @@ def jit(fun: Callable, static_argnums=(), static_argnames=(), donate_argnums=())
                 deleted = core.DeletedBuffer
                 for v in vals:
                     if type(v.buf) is deleted:
-                        v.buf.data   # raises: a donated (deleted) array passed again
+                        v.buf.raise_error()   # a donated (deleted) array passed again
                 stats["calls"] += 1
                 outs = low._exe(vals)
                 if low.donate:
@@ -283,7 +283,7 @@ def jit(fun: Callable, static_argnums=(), static_argnames=(), donate_argnums=())
             if type(v) is not Array or v.device != dev:
                 v = core.to_array(np.asarray(v), dev)
             elif type(v.buf) is deleted:
-                v.buf.data   # raises: a donated (deleted) array passed again
+                v.buf.raise_error()   # a donated (deleted) array passed again
             args_dev.append(v)
         outs = exe(args_dev)
         if low.donate:

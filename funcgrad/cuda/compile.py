@@ -52,7 +52,6 @@ def _locate(disp):
 def dry_run(plan, bufs, pool=None) -> dict:
     """{(module, path, attr): set of argument-type tuples} of the launches plan makes
     (allocations go to `pool`: a memplan.Recorder records the step's memory plan)."""
-    from . import arrays
     if runtime.SIM:   # the simulator's kernels: launches do nothing (nothing to compile)
         from numba.cuda.simulator.kernel import FakeCUDAKernel as CUDADispatcher
 
@@ -135,6 +134,7 @@ def _compile_group(item):
 def _worker_main():
     """Entry point of a compile worker: groups pickled on stdin, seconds spent on stdout."""
     import pickle
+
     from numba import cuda
     from numba.cuda.core import config
     config.CUDA_LOW_OCCUPANCY_WARNINGS = 0

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..core import Array, source_info
 from . import arrays, memplan, runtime
-from .arrays import DeviceBuffer, c_strides
+from .arrays import DeviceBuffer
 
 MAX_GRAPHS = 6
 BIG = np.iinfo(np.int64).max

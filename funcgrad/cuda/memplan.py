@@ -13,9 +13,8 @@ a step may read the previous step's results while writing new ones), flags to th
 """
 from __future__ import annotations
 
-import weakref
-
 import math
+import weakref
 
 import numpy as np
 

@@ -6,13 +6,12 @@ imported from there, so numba's `cache=True` can keep its compiled code on disk 
 """
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import os
-import sys
 import threading
 
 import numpy as np
+
+from .. import kernel_files
 
 _lock = threading.Lock()
 _cuda = None          # the numba.cuda module once loaded
@@ -134,34 +133,13 @@ from numba.cuda.types import (float16, float32, float64, int8, uint8, int16, uin
 
 
 def cache_dir() -> str:
-    root = os.environ.get("FUNCGRAD_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "funcgrad")
-    return os.path.join(root, "kernels")
+    return os.path.join(kernel_files.cache_root(), "kernels")
 
 
 def module_from_source(src: str):
     """Import generated kernel source from its content-addressed file (written once)."""
     load()
-    src = HEADER + src
-    digest = hashlib.sha256(src.encode()).hexdigest()[:24]
-    mod = _modules.get(digest)
-    if mod is not None:
-        return mod
-    name = f"fgk_{digest}"
-    d = cache_dir()
-    path = os.path.join(d, name + ".py")
-    if not os.path.exists(path):
-        os.makedirs(d, exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-        with open(tmp, "w") as f:
-            f.write(src)
-        os.replace(tmp, path)   # atomic; never rewritten (numba's cache index keys on mtime)
-    spec = importlib.util.spec_from_file_location(f"funcgrad_kernels.{name}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    sys.modules[spec.name] = mod
-    _modules[digest] = mod
-    return mod
+    return kernel_files.import_source(HEADER + src, "kernels", "fgk", "funcgrad_kernels")
 
 
 def kernel(key: tuple, make_source, name: str = "kernel"):
