@@ -49,12 +49,21 @@ def make_jaxpr(fun: Callable, static_argnums=()) -> Callable:
 
 
 def devices(backend: str | None = None) -> list:
-    """The available devices: ["cpu"], plus "cuda" when a usable GPU is present."""
+    """The available devices: one "cuda" Device per usable GPU, then the CPU's (one, or
+    config "num_cpu_devices" / FUNCGRAD_NUM_CPU_DEVICES virtual ones for pmap). A Device
+    equals its platform's name ("cpu", "cuda") and has JAX's `.id` and `.platform`.
+
+    Example:
+        >>> import funcgrad
+        >>> funcgrad.devices("cpu")[0] == "cpu"
+        True
+    """
+    from ._devices import platform_devices
     if backend is not None:
         if backend == "cuda" and not cuda_available():
             raise RuntimeError("no usable CUDA GPU: " + _cuda_reason())
-        return [backend]
-    return (["cuda"] if cuda_available() else []) + ["cpu"]
+        return platform_devices(backend)
+    return (platform_devices("cuda") if cuda_available() else []) + platform_devices("cpu")
 
 
 def default_backend() -> str:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .api import devices
+from .api import default_backend, devices
 from .core import ArrayBase, ShapedArray, Tracer, aval_of, trace_to_expr
 from .tree_util import tree_flatten, tree_map, tree_unflatten
 
@@ -81,15 +81,26 @@ def block_until_ready(x):
 
 
 def device_count(backend: str | None = None) -> int:
-    """Number of devices of the default (or given) backend: funcgrad uses one per backend."""
-    return len(devices(backend)[:1])
+    """Number of devices of the default (or given) backend: the GPUs, or the CPU's virtual
+    devices (config "num_cpu_devices", FUNCGRAD_NUM_CPU_DEVICES at import; 1 by default).
+
+    Example:
+        >>> import funcgrad
+        >>> funcgrad.device_count("cpu") == funcgrad.config.num_cpu_devices
+        True
+    """
+    return len(devices(backend or default_backend()))
 
 
 local_device_count = device_count
 
 
 def local_devices(process_index: int | None = None, backend: str | None = None) -> list:
-    return devices(backend)[:1] if backend else devices()
+    """The devices of the default (or given) backend in this process (funcgrad runs one)."""
+    if process_index not in (None, 0):
+        raise ValueError(f"local_devices: process_index {process_index} does not exist; "
+                         "funcgrad runs a single process")
+    return devices(backend or default_backend())
 
 
 def process_count() -> int:

@@ -1,7 +1,21 @@
 """funcgrad.config: a few documented global switches (`funcgrad.config.update(name, value)`)."""
 from __future__ import annotations
 
+import operator
+import os
 from typing import Any
+
+
+def check_num_cpu_devices(value, what="num_cpu_devices") -> int:
+    """An int >= 1 from an int or a decimal string; ValueError naming `what` otherwise."""
+    try:
+        n = int(value.strip()) if isinstance(value, str) else operator.index(value)
+    except (TypeError, ValueError):
+        n = 0
+    if isinstance(value, bool) or n < 1:
+        raise ValueError(f"{what} must be an integer >= 1, got {value!r}")
+    return n
+
 
 _DEFAULTS = {
     # log (logger "funcgrad.jit", level WARNING) why a jitted function traces again
@@ -14,6 +28,10 @@ _DEFAULTS = {
     # jax_default_matmul_precision): None or "float32" (full fp32), "tensorfloat32" (TF32 tensor
     # cores on CUDA), "bfloat16" (one bf16 pass, fp32 accumulation); the CPU ignores it
     "default_matmul_precision": None,
+    # how many virtual CPU devices pmap maps over (JAX's jax_num_cpu_devices /
+    # --xla_force_host_platform_device_count); FUNCGRAD_NUM_CPU_DEVICES, read at import, else 1
+    "num_cpu_devices": check_num_cpu_devices(os.environ.get("FUNCGRAD_NUM_CPU_DEVICES", "1"),
+                                             "FUNCGRAD_NUM_CPU_DEVICES"),
 }
 
 # precision names (JAX's strings and lax.Precision members) -> the dot_general param value
@@ -57,7 +75,8 @@ def canonical_precision(precision):
 
 
 # checks a switch's value on update: returns the value to store
-_VALIDATORS = {"default_matmul_precision": canonical_precision}
+_VALIDATORS = {"default_matmul_precision": canonical_precision,
+               "num_cpu_devices": check_num_cpu_devices}
 
 
 class _Config:

@@ -1,0 +1,15 @@
+"""How many GPUs numba-cuda sees (the "cuda" devices of funcgrad.devices and pmap)."""
+from __future__ import annotations
+
+from . import runtime
+
+
+def gpu_count() -> int:
+    """The number of usable GPUs: 0 without one, 1 under numba's CUDA simulator."""
+    from . import usable
+    if not usable():
+        return 0
+    cuda = runtime.load()
+    if runtime.SIM:
+        return 1
+    return len(cuda.gpus)
