@@ -14,9 +14,9 @@ from .api import default_backend, device_get, device_put, devices, make_jaxpr  #
 from .batching import vmap  # noqa: F401
 from .config import config  # noqa: F401
 from .core import Array, ClosedExpr, ConcretizationError, Expr, ShapeError  # noqa: F401
-from .custom import checkpoint, custom_jvp, custom_vjp, remat  # noqa: F401
+from .custom import checkpoint, custom_gradient, custom_jvp, custom_vjp, remat  # noqa: F401
 from .jacobians import hessian, jacfwd, jacrev  # noqa: F401
-from .jit import jit  # noqa: F401
+from .jit import clear_caches, disable_jit, jit  # noqa: F401
 from . import tree  # noqa: F401,E402  (issue 12: jax.tree and more top-level names)
 from .api_extra import (  # noqa: F401,E402
     ShapeDtypeStruct,

@@ -374,3 +374,33 @@ def checkpoint(fun: Callable, prevent_cse: bool = True, static_argnums=()) -> Ca
 
 
 remat = checkpoint
+
+
+def custom_gradient(fun: Callable) -> Callable:
+    """JAX's custom_gradient: `fun(*args)` returns `(value, vjp_fn)`; reverse mode uses
+    `vjp_fn(cotangent)`, which returns one cotangent per positional argument (a tuple).
+
+    Built on custom_vjp (forward-mode of the result differentiates `fun`'s value).
+
+    Example:
+        >>> import funcgrad, funcgrad.numpy as fnp
+        >>> @funcgrad.custom_gradient
+        ... def clipped(x):
+        ...     return fnp.sin(x), lambda ct: (fnp.clip(ct, -1.0, 1.0),)
+        >>> float(funcgrad.grad(lambda x: 5.0 * clipped(x))(0.3))
+        1.0
+    """
+    @custom_vjp
+    def f(*args):
+        return fun(*args)[0]
+
+    def fwd(*args):
+        return fun(*args)
+
+    def bwd(vjp_fn, ct):
+        cts = vjp_fn(ct)
+        return tuple(cts) if isinstance(cts, (tuple, list)) else (cts,)
+
+    f.defvjp(fwd, bwd)
+    return f
+

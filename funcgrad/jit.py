@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import weakref
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -15,6 +16,39 @@ from .passes import optimize, peak_bytes
 from .tree_util import keystr, tree_flatten, tree_flatten_with_path, tree_unflatten
 
 log = logging.getLogger("funcgrad.jit")
+_disabled = [0]                         # > 0 inside `with disable_jit():`
+_jitted: weakref.WeakSet = weakref.WeakSet()   # every jitted function, for clear_caches()
+
+
+class disable_jit:
+    """Run jitted functions as plain Python inside the block (JAX's jax.disable_jit): every
+    operation executes eagerly, so prints, breakpoints and Python control flow see values.
+
+    Example:
+        >>> import funcgrad, funcgrad.numpy as fnp
+        >>> f = funcgrad.jit(lambda x: x * 2)
+        >>> with funcgrad.disable_jit():
+        ...     float(f(fnp.float32(3.0)))
+        6.0
+    """
+
+    def __init__(self, disable: bool = True):
+        self.disable = bool(disable)
+
+    def __enter__(self):
+        _disabled[0] += self.disable
+        return self
+
+    def __exit__(self, *exc):
+        _disabled[0] -= self.disable
+
+
+def clear_caches():
+    """Drop every jitted function's traced signatures and compiled plans (JAX's
+    jax.clear_caches); the next call traces and compiles again (compiled kernels stay on
+    disk)."""
+    for f in list(_jitted):
+        f.clear_cache()
 
 
 def _as_tuple(x) -> tuple:
@@ -245,6 +279,8 @@ def jit(fun: Callable, static_argnums=(), static_argnames=(), donate_argnums=())
 
     @functools.wraps(fun)
     def wrapped(*args, **kwargs):
+        if _disabled[0]:
+            return fun(*args, **kwargs)
         low = None
         if not static and not static_names and core.current_builder() is None:
             low, vals = _fast(args, kwargs)
@@ -297,6 +333,7 @@ def jit(fun: Callable, static_argnums=(), static_argnames=(), donate_argnums=())
         last[0] = None
 
     wrapped.clear_cache = clear_cache
+    _jitted.add(wrapped)
     wrapped._cache_size = lambda: len(cache)
     return wrapped
 
