@@ -17,6 +17,7 @@ from .core import Array, ClosedExpr, ConcretizationError, Expr, ShapeError  # no
 from .custom import checkpoint, custom_gradient, custom_jvp, custom_vjp, remat  # noqa: F401
 from .jacobians import hessian, jacfwd, jacrev  # noqa: F401
 from .jit import clear_caches, disable_jit, jit  # noqa: F401
+from .pmap import pmap  # noqa: F401,E402  (issue 14)
 from . import tree  # noqa: F401,E402  (issue 12: jax.tree and more top-level names)
 from .api_extra import (  # noqa: F401,E402
     ShapeDtypeStruct,

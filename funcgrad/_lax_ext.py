@@ -405,29 +405,26 @@ class Precision(enum.Enum):
 
 
 # ---------------------------------------------------------------------------------------------
-# collectives: funcgrad has no named axes (no pmap / shard_map)
+# collectives over the named axes of pmap / vmap(axis_name=): funcgrad/lax_parallel.py
 # ---------------------------------------------------------------------------------------------
 
-def _collective(name):
-    def f(*args, **kwargs):
-        raise NotImplementedError(
-            f"lax.{name} needs a named mapped axis (pmap or "
-            "shard_map), which funcgrad does not have; inside vmap, reduce over the batch "
-            "axis explicitly instead")
-    f.__name__ = name
-    f.__doc__ = f"lax.{name}: reserved; raises (funcgrad has no named axes)."
-    return f
+from .lax_parallel import (  # noqa: E402
+    all_gather,
+    axis_index,
+    pmax,
+    pmean,
+    pmin,
+    ppermute,
+    psum,
+    psum_scatter,
+)
 
 
-psum = _collective("psum")
-pmean = _collective("pmean")
-pmax = _collective("pmax")
-pmin = _collective("pmin")
-all_gather = _collective("all_gather")
-all_to_all = _collective("all_to_all")
-ppermute = _collective("ppermute")
-psum_scatter = _collective("psum_scatter")
-axis_index = _collective("axis_index")
+def all_to_all(x, axis_name, split_axis, concat_axis, *, axis_index_groups=None, tiled=False):
+    """lax.all_to_all: not built yet (issue 14); raises."""
+    raise NotImplementedError("lax.all_to_all is not implemented by funcgrad yet; psum, pmean, "
+                              "pmax, pmin, all_gather, psum_scatter, ppermute and axis_index "
+                              "are")
 
 
 __all__ = [
