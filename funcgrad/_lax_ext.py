@@ -408,7 +408,7 @@ class Precision(enum.Enum):
 # collectives over the named axes of pmap / vmap(axis_name=): funcgrad/lax_parallel.py
 # ---------------------------------------------------------------------------------------------
 
-from .lax_parallel import (  # noqa: E402
+from .lax_parallel import (
     all_gather,
     axis_index,
     pmax,

@@ -238,5 +238,5 @@ def axis_index(axis_name):
     return idx
 
 
-__all__ = ["psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "ppermute",
-           "axis_index"]
+__all__ = ["all_gather", "axis_index", "pmax", "pmean", "pmin", "ppermute", "psum",
+           "psum_scatter"]

@@ -141,7 +141,8 @@ def pmap(fun: Callable, axis_name: Any = None, *, in_axes: Any = 0, out_axes: An
             it = iter(dyn_args)
             full = [stat[i] if i in stat else next(it) for i in range(len(stat) + len(dyn))]
             return fun(*full, **kw)
-        return vmap(call, in_axes=(dyn_spec.spec, 0), out_axes=out_axes, axis_name=name)(dyn, kwargs)
+        mapped = vmap(call, in_axes=(dyn_spec.spec, 0), out_axes=out_axes, axis_name=name)
+        return mapped(dyn, kwargs)
 
     program = jit(body, static_argnums=(0, 3))
 
