@@ -65,8 +65,9 @@ def test_standard_spellings_vecdot_and_to_device():
     np.testing.assert_allclose(np.asarray(fnp.vecdot(z, w)), np.sum(z.conj() * w, axis=-1))
     np.testing.assert_allclose(np.asarray(fnp.vecdot(z, w, axis=0)), np.sum(z.conj() * w, 0))
     assert complex(fnp.vdot(z, w)) == pytest.approx(np.vdot(z, w))
-    with pytest.raises(ValueError, match="sizes"):
+    with pytest.raises((ValueError, TypeError), match="vecdot"):
         fnp.vecdot(np.ones(3), np.ones(2))
+    assert fnp.vecdot(np.ones(3, np.uint8), np.ones(3, np.uint8)).dtype == np.uint8
     a = fnp.ones(2)
     assert a.to_device("cpu").device == "cpu"
     assert fnp.ones((2, 3)).mT.shape == (3, 2)

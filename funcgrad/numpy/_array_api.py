@@ -92,31 +92,6 @@ def __array_namespace_info__() -> _Info:
 
 
 
-# ---------------------------------------------------------------------------------------------
-# the standard's names that numpy spells differently
-# ---------------------------------------------------------------------------------------------
-
-def vecdot(x1, x2, /, *, axis=-1):
-    """Vector dot product along `axis`, conjugating x1 (array API vecdot).
-
-    Example:
-        >>> import funcgrad.numpy as fnp
-        >>> fnp.vecdot(fnp.asarray([1j, 2.0]), fnp.asarray([1j, 1.0])).item()
-        (3+0j)
-    """
-    from ._base import asarray, promote_args
-    from ._extra_math import conjugate
-    from ._ufuncs import sum as _sum
-    a, b = (asarray(v) for v in (x1, x2))
-    for v in (a, b):
-        if not -v.ndim <= axis < v.ndim:
-            raise ValueError(f"vecdot: axis {axis} is out of bounds for shape {v.shape}")
-    if a.shape[axis] != b.shape[axis]:
-        raise ValueError(f"vecdot: axis {axis} has sizes {a.shape[axis]} and {b.shape[axis]}")
-    a, b = promote_args("vecdot", a, b)
-    return _sum(conjugate(a) * b, axis=axis)
-
-
 class finfo:  # noqa: N801  (numpy's and the standard's name)
     """Machine limits of a floating or complex dtype, as Python floats (array API finfo).
 

@@ -163,8 +163,20 @@ def asarray(x, dtype=None, copy=None, *, device=None):
             return x
         return prims.convert(x, dtype)
     if isinstance(x, (list, tuple)) and any(isinstance(e, ArrayBase) for e in _flat_seq(x)):
-        return stack([asarray(e, dtype) for e in x])
+        return _stack_rows(x, dtype)
     return to_array(_from_python(x, dtype))
+
+
+def _stack_rows(x, dtype):
+    """A nested sequence holding arrays as one array (numpy.asarray's stacking)."""
+    rows = [asarray(e, dtype) for e in x]
+    dt = dtype or result_type(*rows)
+    rows = [asarray(r, dt) for r in rows]
+    if any(r.shape != rows[0].shape for r in rows):
+        raise type_error("asarray", "the sequence's elements have different shapes "
+                         + ", ".join(str(tuple(r.shape)) for r in rows))
+    return bind(prims.concatenate_p, *[prims.reshape(r, (1,) + tuple(r.shape)) for r in rows],
+                dimension=0)
 
 
 def _flat_seq(x):

@@ -150,7 +150,8 @@ def arcsinh(x):
     big = ax > _huge(x)
     s = where(big, 1.0, ax)
     small = log1p(s + s * s / (1.0 + sqrt(1.0 + s * s)))
-    return sign(x) * where(big, log(where(big, ax, 1.0)) + math.log(2.0), small)
+    out = sign(x) * where(big, log(where(big, ax, 1.0)) + math.log(2.0), small)
+    return where(equal(x, 0), x, out)   # asinh(+-0) = +-0 (and asinh'(0) = 1 either way)
 
 
 def arccosh(x):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import linalg_prims as LP
+from .. import prims_complex as PC
 from ..core import type_error
 from ._base import asarray, broadcast_shapes, broadcast_to, reshape
 from ._index_tricks import diagonal as _diagonal
@@ -226,14 +227,22 @@ def cross(x1, x2, /, *, axis=-1):
 
 
 def vecdot(x1, x2, /, *, axis=-1, precision=None, preferred_element_type=None):
-    """sum(x1 * x2, axis) with broadcasting (the array API's vecdot; real dtypes)."""
+    """sum(conj(x1) * x2, axis) with broadcasting, in the operands' dtype (array API vecdot).
+
+    Example:
+        >>> import funcgrad.numpy as fnp
+        >>> fnp.linalg.vecdot(fnp.asarray([1j, 2.0]), fnp.asarray([1j, 1.0])).item()
+        (3+0j)
+    """
     x1, x2 = _promoted(x1, x2)
     shape = broadcast_shapes(x1.shape, x2.shape, op="vecdot")
     if not shape or not -len(shape) <= axis < len(shape) or (
             x1.ndim and x2.ndim and x1.shape[axis] != x2.shape[axis]):
         raise ValueError(f"vecdot: axis {axis} must have one size in both inputs, got shapes "
                          f"{tuple(x1.shape)} and {tuple(x2.shape)}")
-    out = sum(broadcast_to(x1, shape) * broadcast_to(x2, shape), axis=axis)
+    if x1.dtype.kind == "c":
+        x1 = PC.conj(x1)
+    out = sum(broadcast_to(x1, shape) * broadcast_to(x2, shape), axis=axis, dtype=x1.dtype)
     return out if preferred_element_type is None else out.astype(preferred_element_type)
 
 
