@@ -734,13 +734,19 @@ _eval_hooks: list = []
 def eval_prim(prim: Primitive, args, params):
     """Run a primitive on concrete values on the device of its array inputs."""
     device = None
+    on_cpu = False
     for a in args:
         if isinstance(a, Tracer):
             raise FuncgradError(f"{prim.name}: a traced value escaped its transformation "
                                 f"(leaked tracer {a.aval.str_short()}).\n  at {user_frame_src()}")
-        if isinstance(a, Array) and a.device != "cpu":
-            device = a.device
-    device = device or default_device()
+        if isinstance(a, Array):
+            if a.device != "cpu":
+                device = a.device
+            else:
+                on_cpu = True
+    # a GPU array puts the op on the GPU; arrays placed on the CPU keep it there (as jit does);
+    # only numpy values and Python numbers go to the default device
+    device = device or ("cpu" if on_cpu else default_device())
     if prim.call_impl is not None:  # call-like primitives run their body op by op
         return prim.call_impl(*args, **params)
     avals = [aval_of(a) for a in args]

@@ -189,7 +189,7 @@ def test_donated_parameters_update_in_place(cuda):
     xd, yd = funcgrad.device_put(x, "cuda"), funcgrad.device_put(y, "cuda")
     vals = []
     for _ in range(5):
-        addr = pd["w1"].buf.block
+        addr = pd["w1"].buf.block.ptr()   # the address only: holding the block would share it
         new_p, sd, val = donating(pd, sd, xd, yd)
         assert pd["w1"].is_deleted()
         vals.append(float(val))
@@ -199,4 +199,35 @@ def test_donated_parameters_update_in_place(cuda):
         np.testing.assert_allclose(np.asarray(pd[k]), np.asarray(want_p[k]), rtol=1e-6)
     plan = donating.lower(pd, sd, xd, yd).compile()
     assert plan.layout.alias, "no result was planned in place"
-    assert pd["w1"].buf.block is addr     # the last step wrote w1 where the previous one was
+    assert pd["w1"].buf.block.ptr() == addr   # the last step wrote w1 where the previous one was
+
+
+def test_donating_a_shared_buffer_never_writes_into_it(cuda):
+    """zeros() are views of a cached device constant and an array's reshape shares its
+    memory: donating them must not change the constant or the other array."""
+    f = funcgrad.jit(lambda c, x: (c + 1, x * 2.0), donate_argnums=(0, 1))
+    base = funcgrad.device_put(np.arange(6, dtype=np.float32), "cuda")
+    for _ in range(4):
+        c = fnp.zeros((), np.int32)                     # a view of the cached constant 0
+        c = funcgrad.device_put(c, "cuda")
+        view = base.reshape(2, 3)                       # shares base's memory
+        c2, x2 = f(c, view)
+        assert int(c2) == 1
+        np.testing.assert_array_equal(np.asarray(x2), np.arange(6).reshape(2, 3) * 2.0)
+        np.testing.assert_array_equal(np.asarray(base), np.arange(6, dtype=np.float32))
+    z = funcgrad.device_put(fnp.zeros((), np.int32), "cuda")
+    assert int(z) == 0 and int(funcgrad.device_put(np.int32(5), "cuda") > 0) == 1
+
+
+def test_eager_ops_on_cpu_arrays_stay_on_the_cpu(cuda):
+    """With "cuda" the default device, an op on a CPU array and a numpy value runs on the CPU
+    (the numpy operand does not pull it onto the GPU), as jit places calls."""
+    funcgrad.config.update("default_device", "cuda")
+    try:
+        x = funcgrad.device_put(np.array([-2, 0, 3], np.float32), "cpu")
+        y = x * np.array([1, 2, 3], np.float32)
+        assert y.device == "cpu"
+        np.testing.assert_array_equal(np.asarray(y), [-2, 0, 9])
+        assert (fnp.ones(2) + np.ones(2, np.float32)).device == "cuda"   # nothing placed
+    finally:
+        funcgrad.config.update("default_device", None)

@@ -15,6 +15,7 @@ its own (a copy only in that case).
 from __future__ import annotations
 
 import os
+import sys
 import time
 import weakref
 
@@ -85,6 +86,8 @@ class Plan:
         g = self.graphs
         if g is not None:   # the steady state: replay a graph (kept short: it is per call)
             bufs = [a.buf for a in args]
+            if self.layout.alias:
+                self._own_donated(bufs)
             if all(b.is_contiguous() for b in bufs):
                 if g.counts.any():
                     g.check()
@@ -101,6 +104,8 @@ class Plan:
                 bufs = [b if b.is_contiguous() else _contiguous(b) for b in bufs]
                 self._plan_dry(bufs)
                 if self.layout is not None:
+                    if self.layout.alias:
+                        self._own_donated(bufs)
                     try:
                         return self._planned(bufs)
                     except memplan.PlanMismatch as e:
@@ -113,6 +118,8 @@ class Plan:
         if not self.static_ok:
             return self._wrap(self._run(bufs))
         bufs = [b if b.is_contiguous() else _contiguous(b) for b in bufs]
+        if self.layout is not None and self.layout.alias:
+            self._own_donated(bufs)
         if self.layout is None:
             outs = self._record(bufs)
             if runtime.SIM:
@@ -126,6 +133,19 @@ class Plan:
         except memplan.PlanMismatch as e:
             self.static_ok, self.static_error = False, str(e)
             return self._wrap(self._run(bufs))
+
+    def _own_donated(self, bufs):
+        """Results are written in place only into memory nothing else can see: a donated
+        argument whose block another view shares (a cached constant such as zeros(), an
+        array's reshape, the same array passed twice) is copied first, in `bufs`."""
+        for i in self.donate:
+            b = bufs[i]
+            blk = b.block
+            # the DeviceBuffer, `blk` and getrefcount's argument: nothing else holds the block
+            shared = sys.getrefcount(blk) > 3 or any(
+                bufs[j].block is blk for j in range(len(bufs)) if j != i)
+            if shared:
+                bufs[i] = _contiguous(b, copy=True)
 
     def _wrap(self, outs):
         return [Array(b, o.aval, "cuda") for b, o in zip(outs, self.expr.outs)]
