@@ -228,6 +228,7 @@ def test_eager_ops_on_cpu_arrays_stay_on_the_cpu(cuda):
         y = x * np.array([1, 2, 3], np.float32)
         assert y.device == "cpu"
         np.testing.assert_array_equal(np.asarray(y), [-2, 0, 9])
-        assert (fnp.ones(2) + np.ones(2, np.float32)).device == "cuda"   # nothing placed
+        z = funcgrad.device_put(np.ones(2, np.float32), "cuda") + np.ones(2, np.float32)
+        assert z.device == "cuda"                       # a GPU array puts the op on the GPU
     finally:
         funcgrad.config.update("default_device", None)
