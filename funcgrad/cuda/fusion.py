@@ -145,3 +145,26 @@ def layout_of(v, buf, shape) -> str:
     if tuple(buf.shape) == tuple(shape) and buf.is_contiguous():
         return "flat"
     return "strided"
+
+
+def run_cluster(cache: dict, c: Cluster, env: dict):
+    """Launch cluster c's kernel on the values in env (its outputs go to env): the kernel for
+    the operands' layouts comes from `cache` (one per plan), compiled once per source."""
+    from . import arrays, runtime
+    inputs = external_inputs(c)
+    bufs = [env[v] for v in inputs]
+    layout = tuple(layout_of(v, b, c.shape) for v, b in zip(inputs, bufs))
+    key = (id(c), layout)
+    k = cache.get(key)
+    if k is None:
+        fk = FusedKernel(c, dict(zip(inputs, layout)))
+        k = cache[key] = (fk, runtime.fused_kernel(fk.source))
+    fk, kern = k
+    pool = arrays.pool()
+    outs = [pool.empty(o.aval.shape, o.aval.dtype) for o in c.outputs]
+    n = int(np.prod(c.shape))
+    if n:
+        blocks, threads = runtime.grid_1d(n)
+        kern[blocks, threads, runtime.stream()](*fk.args(bufs, outs))
+    for o, b in zip(c.outputs, outs):
+        env[o] = b

@@ -10,8 +10,6 @@ captured: under capture they raise, and the plan launches its steps one by one i
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ..core import Array, Lit
@@ -66,23 +64,7 @@ class _Body:
         return [read(o) for o in self.expr.outs]
 
     def _fused(self, c, env):
-        inputs = fusion.external_inputs(c)
-        bufs = [env[v] for v in inputs]
-        layout = tuple(fusion.layout_of(v, b, c.shape) for v, b in zip(inputs, bufs))
-        key = (id(c), layout)
-        k = self.kernels.get(key)
-        if k is None:
-            fk = fusion.FusedKernel(c, dict(zip(inputs, layout)))
-            k = self.kernels[key] = (fk, runtime.fused_kernel(fk.source))
-        fk, kern = k
-        pool = arrays.pool()
-        outs = [pool.empty(o.aval.shape, o.aval.dtype) for o in c.outputs]
-        n = math.prod(c.shape)
-        if n:
-            blocks, threads = runtime.grid_1d(n)
-            kern[blocks, threads, runtime.stream()](*fk.args(bufs, outs))
-        for o, b in zip(c.outputs, outs):
-            env[o] = b
+        fusion.run_cluster(self.kernels, c, env)
 
 
 def _lit(val) -> DeviceBuffer:

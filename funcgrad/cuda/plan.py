@@ -355,22 +355,7 @@ class Plan:
         return [read(o) for o in expr.outs]
 
     def _run_fused(self, c, env):
-        inputs = fusion.external_inputs(c)
-        bufs = [env[v] for v in inputs]
-        layout = tuple(fusion.layout_of(v, b, c.shape) for v, b in zip(inputs, bufs))
-        key = (id(c), layout)
-        k = self.kernels.get(key)
-        if k is None:
-            fk = fusion.FusedKernel(c, dict(zip(inputs, layout)))
-            k = self.kernels[key] = (fk, runtime.fused_kernel(fk.source))
-        fk, kern = k
-        pool = arrays.pool()
-        outs = [pool.empty(o.aval.shape, o.aval.dtype) for o in c.outputs]
-        n = int(np.prod(c.shape))
-        blocks, threads = runtime.grid_1d(n)
-        kern[blocks, threads, runtime.stream()](*fk.args(bufs, outs))
-        for o, b in zip(c.outputs, outs):
-            env[o] = b
+        fusion.run_cluster(self.kernels, c, env)
 
     def describe(self) -> str:
         """The kernels this plan launches, in order (views are listed as such)."""
