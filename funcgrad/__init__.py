@@ -35,5 +35,18 @@ from .api_extra import (  # noqa: F401,E402
     typeof,
 )
 from .jacobians import jacrev as jacobian  # noqa: F401,E402
+from ._devices import Device  # noqa: F401,E402
+from .api_more import (  # noqa: F401,E402
+    default_device,
+    default_matmul_precision,
+    device_put_replicated,
+    device_put_sharded,
+    host_count,
+    host_id,
+    host_ids,
+    named_call,
+    print_environment_info,
+    process_indices,
+)
 
 __version__ = "0.1.0"

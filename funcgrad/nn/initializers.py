@@ -243,3 +243,34 @@ def he_normal(in_axis=-2, out_axis=-1, batch_axis=(), dtype=_F32) -> Initializer
 
 xavier_uniform, xavier_normal = glorot_uniform, glorot_normal
 kaiming_uniform, kaiming_normal = he_uniform, he_normal
+
+
+def orthogonal(scale: float = 1.0, column_axis: int = -1, dtype=_F32) -> Initializer:
+    """An initializer of (semi-)orthogonal matrices (jax.nn.initializers.orthogonal): the Q of
+    a Gaussian matrix's QR, signs fixed by R's diagonal, reshaped so that `column_axis` indexes
+    the columns; times `scale`.
+
+    Example:
+        >>> import numpy as np, funcgrad.random as random
+        >>> from funcgrad.nn import initializers
+        >>> w = np.asarray(initializers.orthogonal()(random.PRNGKey(0), (4, 3)))
+        >>> bool(np.allclose(w.T @ w, np.eye(3), atol=1e-5))
+        True
+    """
+    def init(key, shape, dtype=dtype):
+        shape = _shape(shape)
+        if len(shape) < 2:
+            raise ValueError(f"orthogonal initializer requires at least a 2-D shape, got {shape}")
+        ax = column_axis % len(shape)
+        n_cols = shape[ax]
+        n_rows = math.prod(shape) // n_cols if n_cols else 0
+        rows, cols = (n_rows, n_cols) if n_rows >= n_cols else (n_cols, n_rows)
+        a = _random().normal(key, (rows, cols), dtype)
+        q, r = fnp.linalg.qr(a)
+        q = q * fnp.sign(fnp.diagonal(r))[None, :]
+        if n_rows < n_cols:
+            q = q.T
+        rest = tuple(s for i, s in enumerate(shape) if i != ax)
+        q = fnp.reshape(q, rest + (n_cols,))
+        return fnp.moveaxis(q, -1, ax) * np.asarray(scale, dtype)
+    return init

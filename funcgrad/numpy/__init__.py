@@ -157,7 +157,8 @@ from ._sorting import where_nonzero as where  # noqa: E402,F401
 from ._stats import *  # noqa: E402,F401,F403
 from . import fft  # noqa: E402,F401
 from ._array_api import __array_api_version__, __array_namespace_info__  # noqa: E402,F401
-from ._linalg_norms import vecdot  # noqa: E402,F401
+from ._linalg_norms import cross, vecdot  # noqa: E402,F401
+from ._more import cdouble, complex_, csingle, matvec, polyfit, vecmat  # noqa: E402,F401
 bitwise_left_shift, bitwise_right_shift, bitwise_invert, pow = (  # noqa: E402  (array API names)
     left_shift, right_shift, invert, power)
 dtype, iinfo, issubdtype = _np.dtype, _np.iinfo, _np.issubdtype

@@ -6,6 +6,7 @@ import numpy as np
 from ._base import asarray, canonical_dtype, norm_axes
 from ._fft_complex import (fft, fftn, hfft, ifft, ifftn, ihfft, irfft, irfftn,  # noqa: F401
                            rfft, rfftn)
+from ._more import fft2, ifft2, irfft2, rfft2  # noqa: F401
 
 
 def fftfreq(n, d=1.0, *, dtype=None, device=None):
