@@ -32,7 +32,16 @@ _DEFAULTS = {
     # --xla_force_host_platform_device_count); FUNCGRAD_NUM_CPU_DEVICES, read at import, else 1
     "num_cpu_devices": check_num_cpu_devices(os.environ.get("FUNCGRAD_NUM_CPU_DEVICES", "1"),
                                              "FUNCGRAD_NUM_CPU_DEVICES"),
+    # 64-bit types (JAX's jax_enable_x64). True (funcgrad's default, unlike JAX's): numpy
+    # float64/int64 inputs keep their dtype. False: they, and explicit 64-bit dtype requests,
+    # become 32-bit as in JAX's default mode (complex128 -> complex64)
+    "enable_x64": True,
 }
+
+# JAX's option names accepted by update()
+_ALIASES = {"jax_enable_x64": "enable_x64", "jax_debug_nans": "debug_nans",
+            "jax_default_matmul_precision": "default_matmul_precision",
+            "jax_num_cpu_devices": "num_cpu_devices", "jax_default_device": "default_device"}
 
 # precision names (JAX's strings and lax.Precision members) -> the dot_general param value
 _PRECISION_NAMES = {
@@ -76,7 +85,7 @@ def canonical_precision(precision):
 
 # checks a switch's value on update: returns the value to store
 _VALIDATORS = {"default_matmul_precision": canonical_precision,
-               "num_cpu_devices": check_num_cpu_devices}
+               "num_cpu_devices": check_num_cpu_devices, "enable_x64": bool}
 
 
 class _Config:
@@ -86,7 +95,9 @@ class _Config:
         self._values = dict(_DEFAULTS)
 
     def update(self, name: str, value: Any) -> None:
-        """Set a switch, e.g. `funcgrad.config.update("debug_nans", True)`."""
+        """Set a switch, e.g. `funcgrad.config.update("debug_nans", True)` (JAX's names such
+        as "jax_enable_x64" are accepted too)."""
+        name = _ALIASES.get(name, name)
         if name not in self._values:
             raise KeyError(f"unknown funcgrad config option {name!r}; known: "
                            f"{sorted(self._values)}")
@@ -108,7 +119,8 @@ class _Config:
         """The switches that change what a traced function computes, as (name, value) pairs
         for jit's cache key (empty while all are at their defaults)."""
         p = self._values["default_matmul_precision"]
-        return () if p is None else (("funcgrad.config.default_matmul_precision", p),)
+        ctx = () if p is None else (("funcgrad.config.default_matmul_precision", p),)
+        return ctx if self._values["enable_x64"] else ctx + (("enable_x64", False),)
 
 
 _hooks: dict = {}

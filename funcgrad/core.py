@@ -72,12 +72,29 @@ class ShapedArray:
     __repr__ = str_short
 
 
+_X64 = [True]   # config "enable_x64" (kept here: aval_of is on every call's path)
+_NARROW = {np.dtype(a): np.dtype(b) for a, b in (("float64", "float32"), ("int64", "int32"),
+                                                 ("uint64", "uint32"),
+                                                 ("complex128", "complex64"))}
+
+
+def canonicalize_dtype(dtype) -> np.dtype:
+    """dtype, or its 32-bit counterpart when 64-bit types are off (config "enable_x64")."""
+    dtype = np.dtype(dtype)
+    return dtype if _X64[0] else _NARROW.get(dtype, dtype)
+
+
+def _set_x64(flag):
+    _X64[0] = bool(flag)
+
+
 def aval_of(x) -> ShapedArray:
     """The abstract value of an Array, tracer, numpy array or Python scalar."""
     if isinstance(x, ArrayBase):
         return x.aval
     if isinstance(x, (np.ndarray, np.generic)):
-        return ShapedArray(x.shape, x.dtype)
+        dt = x.dtype if _X64[0] else _NARROW.get(x.dtype, x.dtype)
+        return ShapedArray(x.shape, dt)
     if isinstance(x, bool):
         return ShapedArray((), np.bool_)
     if isinstance(x, int):
@@ -802,3 +819,12 @@ def typecheck_expr(expr: Expr) -> None:
     for o in expr.outs:
         if isinstance(o, Var) and o not in env:
             raise TypeError("expression output is not bound")
+
+
+def _register_config_hooks():
+    from .config import config, on_update
+    on_update("enable_x64", _set_x64)
+    _set_x64(config.enable_x64)
+
+
+_register_config_hooks()

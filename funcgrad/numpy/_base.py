@@ -11,6 +11,7 @@ from ..core import (
     ArrayBase,
     aval_of,
     bind,
+    canonicalize_dtype,
     to_array,
     type_error,
     user_frame_src,
@@ -64,7 +65,7 @@ def canonical_dtype(dtype):
         return None
     if dtype in _PY_DTYPES:
         return _PY_DTYPES[dtype]
-    dt = np.dtype(dtype)
+    dt = canonicalize_dtype(dtype)
     if dt not in SUPPORTED_DTYPES:
         raise TypeError(f"funcgrad does not support dtype {dt.name} (supported: "
                         + ", ".join(d.name for d in SUPPORTED_DTYPES) + ")"
