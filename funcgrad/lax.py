@@ -81,3 +81,14 @@ def select(pred, on_true, on_false):
 
 
 from ._lax_ext import *  # noqa: E402,F401,F403  (issue 12: the rest of lax's names)
+
+# The primitives themselves under JAX's lax.<name>_p names (`lax.add_p.bind(x, y)`), for the
+# ones whose operands and params mean what JAX's do: elementwise ops on equal shapes, the
+# reductions over `axes` and transpose's `permutation`.
+from .prims import (  # noqa: E402,F401
+    abs_p, add_p, and_p, cos_p, div_p, eq_p, erf_p, exp_p, expm1_p, floor_p, ge_p, gt_p,
+    integer_pow_p, le_p, log1p_p, log_p, logistic_p, lt_p, max_p, min_p, mul_p, ne_p, neg_p,
+    not_p, or_p, pow_p, reduce_max_p, reduce_min_p, reduce_prod_p, reduce_sum_p, rem_p, rsqrt_p,
+    shift_left_p, shift_right_logical_p, sign_p, sin_p, sqrt_p, stop_gradient_p, sub_p, tanh_p,
+    transpose_p, xor_p)
+from .prims_complex import complex_p, conj_p, imag_p, real_p  # noqa: E402,F401

@@ -81,3 +81,22 @@ def test_replicated_and_sharded_device_put():
     np.testing.assert_array_equal(np.asarray(sh)[:, 0], np.arange(len(devs)))
     with pytest.raises(ValueError, match="shards"):
         funcgrad.device_put_sharded([np.ones(2)] * (len(devs) + 1), devs)
+
+
+def test_tree_broadcast_and_reduce_associative():
+    full = {"a": (1, 2), "b": [3, {"c": 4}]}
+    assert funcgrad.tree.broadcast({"a": 0, "b": [5, 6]}, full) == {"a": (0, 0),
+                                                                   "b": [5, {"c": 6}]}
+    order = funcgrad.tree.reduce_associative(lambda x, y: f"({x}{y})", list("abcde"))
+    assert order == "(((ab)(cd))e)"
+    assert funcgrad.tree.reduce_associative(max, [], identity=-1) == -1
+    with pytest.raises(TypeError, match="identity"):
+        funcgrad.tree.reduce_associative(max, [])
+
+
+def test_lax_primitive_names_bind():
+    from funcgrad import lax
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(np.asarray(lax.add_p.bind(x, x)), 2 * x)
+    np.testing.assert_array_equal(np.asarray(lax.reduce_sum_p.bind(x, axes=(1,))), x.sum(1))
+    assert lax.transpose_p.bind(x, permutation=(1, 0)).shape == (3, 2)
