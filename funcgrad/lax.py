@@ -5,19 +5,36 @@ import numpy as np
 
 from . import prims as P
 from .ad import stop_gradient  # noqa: F401
-from .control import (associative_scan, cond, fori_loop, map, scan, switch,  # noqa: F401
-                      while_loop)
-from .conv import (ConvDimensionNumbers, conv_dimension_numbers,  # noqa: F401
-                   conv_general_dilated_p, conv_general_permutations, padtype_to_pads)
-from .conv_api import (ConvGeneralDilatedDimensionNumbers, conv,  # noqa: F401
-                       conv_general_dilated, conv_general_dilated_patches,
-                       conv_general_shape_tuple, conv_shape_tuple, conv_transpose,
-                       conv_transpose_shape_tuple, conv_with_general_padding)
+from .control import associative_scan, cond, fori_loop, map, scan, switch, while_loop  # noqa: F401
+from .conv import (  # noqa: F401
+    ConvDimensionNumbers,
+    conv_dimension_numbers,
+    conv_general_dilated_p,
+    conv_general_permutations,
+    padtype_to_pads,
+)
+from .conv_api import (  # noqa: F401
+    ConvGeneralDilatedDimensionNumbers,
+    conv,
+    conv_general_dilated,
+    conv_general_dilated_patches,
+    conv_general_shape_tuple,
+    conv_shape_tuple,
+    conv_transpose,
+    conv_transpose_shape_tuple,
+    conv_with_general_padding,
+)
 from .core import bind
 from .prims_complex import complex_ as complex  # noqa: F401
-from .windows import (reduce_window, reduce_window_max_p, reduce_window_min_p,  # noqa: F401
-                      reduce_window_shape_tuple, reduce_window_sum_p, select_and_gather_add_p,
-                      select_and_scatter_add_p)
+from .windows import (  # noqa: F401
+    reduce_window,
+    reduce_window_max_p,
+    reduce_window_min_p,
+    reduce_window_shape_tuple,
+    reduce_window_sum_p,
+    select_and_gather_add_p,
+    select_and_scatter_add_p,
+)
 
 
 def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
@@ -86,9 +103,47 @@ from ._lax_ext import *  # noqa: E402,F401,F403  (issue 12: the rest of lax's na
 # ones whose operands and params mean what JAX's do: elementwise ops on equal shapes, the
 # reductions over `axes` and transpose's `permutation`.
 from .prims import (  # noqa: E402,F401
-    abs_p, add_p, and_p, cos_p, div_p, eq_p, erf_p, exp_p, expm1_p, floor_p, ge_p, gt_p,
-    integer_pow_p, le_p, log1p_p, log_p, logistic_p, lt_p, max_p, min_p, mul_p, ne_p, neg_p,
-    not_p, or_p, pow_p, reduce_max_p, reduce_min_p, reduce_prod_p, reduce_sum_p, rem_p, rsqrt_p,
-    shift_left_p, shift_right_logical_p, sign_p, sin_p, sqrt_p, stop_gradient_p, sub_p, tanh_p,
-    transpose_p, xor_p)
+    abs_p,
+    add_p,
+    and_p,
+    cos_p,
+    div_p,
+    eq_p,
+    erf_p,
+    exp_p,
+    expm1_p,
+    floor_p,
+    ge_p,
+    gt_p,
+    integer_pow_p,
+    le_p,
+    log1p_p,
+    log_p,
+    logistic_p,
+    lt_p,
+    max_p,
+    min_p,
+    mul_p,
+    ne_p,
+    neg_p,
+    not_p,
+    or_p,
+    pow_p,
+    reduce_max_p,
+    reduce_min_p,
+    reduce_prod_p,
+    reduce_sum_p,
+    rem_p,
+    rsqrt_p,
+    shift_left_p,
+    shift_right_logical_p,
+    sign_p,
+    sin_p,
+    sqrt_p,
+    stop_gradient_p,
+    sub_p,
+    tanh_p,
+    transpose_p,
+    xor_p,
+)
 from .prims_complex import complex_p, conj_p, imag_p, real_p  # noqa: E402,F401
