@@ -231,9 +231,13 @@ def jit(fun: Callable, static_argnums=(), static_argnames=(), donate_argnums=())
         low.traced = (raw, raw_consts)
         return low
 
-    def _signature(args, kwargs):
-        st, dyn_args, dyn_kwargs = _split(args, kwargs)
-        leaves, tree = tree_flatten((dyn_args, dyn_kwargs))
+    def _signature(args, kwargs, flat=None):
+        """flat: (leaves, tree) of (args, kwargs), already flattened (no static arguments)."""
+        if flat is not None:
+            st, (leaves, tree) = (), flat
+        else:
+            st, dyn_args, dyn_kwargs = _split(args, kwargs)
+            leaves, tree = tree_flatten((dyn_args, dyn_kwargs))
         from .ad import _as_value
         vals = [x if type(x) is Array else _as_value(x) for x in leaves]
         # a GPU argument puts the call on the GPU; arrays placed on the CPU keep it there;
@@ -247,15 +251,15 @@ def jit(fun: Callable, static_argnums=(), static_argnames=(), donate_argnums=())
                          device, paths)
         return sig, st, vals, tree
 
-    def _cached(args, kwargs):
-        """(Lowered for this signature, flat argument values), tracing on a cache miss."""
-        sig, st, vals, tree = _signature(args, kwargs)
+    def _cached(args, kwargs, flat=None):
+        """(Lowered for this signature, flat argument values, tree), tracing on a miss."""
+        sig, st, vals, tree = _signature(args, kwargs, flat)
         low = cache.get(sig)
         if low is None:
             if config.explain_retraces:
                 sig.paths = _paths(args, kwargs, st)
             low = cache[sig] = _lower(sig, st, args, kwargs, vals, tree)
-        return low, vals
+        return low, vals, tree
 
     def lower(*args, **kwargs) -> Lowered:
         return _cached(args, kwargs)[0]
@@ -265,25 +269,27 @@ def jit(fun: Callable, static_argnums=(), static_argnames=(), donate_argnums=())
     def _fast(args, kwargs):
         """The last call's Lowered when the arguments are Arrays with the very same avals on
         the same device (a training loop feeding results back): no signature hashing."""
+        leaves, tree = flat = tree_flatten((args, kwargs))
         hit = last[0]
         if hit is None:
-            return None, None
-        leaves, tree = tree_flatten((args, kwargs))
+            return None, flat
         tree0, avals, device, low, ctx = hit
         if tree != tree0 or len(leaves) != len(avals) or ctx != config.trace_context():
-            return None, None
+            return None, flat
         for x, a in zip(leaves, avals):
             if type(x) is not Array or x.aval is not a or x.device != device:
-                return None, None
-        return low, leaves
+                return None, flat
+        return low, flat
 
     @functools.wraps(fun)
     def wrapped(*args, **kwargs):
         if _disabled[0]:
             return fun(*args, **kwargs)
-        low = None
-        if not static and not static_names and core.current_builder() is None:
-            low, vals = _fast(args, kwargs)
+        low = flat = None
+        fastable = not static and not static_names and core.current_builder() is None
+        if fastable:
+            low, flat = _fast(args, kwargs)
+            vals = flat[0]
             if low is not None and low._exe is not None and not config.debug_nans:
                 # the steady state of a loop: compiled, all arguments Arrays on the device
                 deleted = core.DeletedBuffer
@@ -296,11 +302,10 @@ def jit(fun: Callable, static_argnums=(), static_argnames=(), donate_argnums=())
                     _delete_donated(low, vals, name)
                 return tree_unflatten(low.closed.out_tree, outs)
         if low is None:
-            low, vals = _cached(args, kwargs)
-            if (not static and not static_names
-                    and all(type(v) is Array and v.device == low.device for v in vals)):
-                last[0] = (tree_flatten((args, kwargs))[1], tuple(v.aval for v in vals),
-                           low.device, low, config.trace_context())
+            low, vals, tree = _cached(args, kwargs, flat)
+            if fastable and all(type(v) is Array and v.device == low.device for v in vals):
+                last[0] = (tree, tuple(v.aval for v in vals), low.device, low,
+                           config.trace_context())
         closed = low.closed
         if any(isinstance(v, Tracer) for v in vals) or core.current_builder() is not None:
             outs = eval_expr(low.traced[0], vals, low.traced[1])

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import math
 import os
 import sys
 import threading
+
+import numpy as np
 
 _lock = threading.Lock()
 _modules: dict[str, object] = {}
@@ -53,3 +56,19 @@ def import_source(src: str, subdir: str, prefix: str, package: str):
         sys.modules[spec.name] = mod
         _modules[key] = mod
     return mod
+
+
+def literal(val, dtype, ct: str) -> str:
+    """Source text of a scalar literal of `dtype` as a value of numba type `ct` (NaN and
+    infinities through `math`, which generated kernels import)."""
+    dtype = np.dtype(dtype)
+    v = np.asarray(val).astype(dtype).item()
+    if dtype == np.bool_:
+        return "True" if v else "False"
+    if dtype.kind == "f":
+        if math.isnan(v):
+            return f"{ct}(math.nan)"
+        if v in (float("inf"), float("-inf")):
+            return f"{ct}({'-' if v < 0 else ''}math.inf)"
+        return f"{ct}({v!r})"
+    return f"{ct}({v})"

@@ -53,18 +53,7 @@ def can_fuse(c: Cluster) -> bool:
 
 def _lit(val, dtype) -> str:
     """A literal operand in its numba type."""
-    dtype = np.dtype(dtype)
-    v = np.asarray(val).astype(dtype).item()
-    if dtype == np.bool_:
-        return "True" if v else "False"
-    ct = nbt(dtype)
-    if dtype.kind == "f":
-        if v != v:
-            return f"{ct}(math.nan)"
-        if v in (float("inf"), float("-inf")):
-            return f"{ct}({'-' if v < 0 else ''}math.inf)"
-        return f"{ct}({v!r})"
-    return f"{ct}({v})"
+    return kernel_files.literal(val, dtype, nbt(np.dtype(dtype)))
 
 
 class FusedSource:

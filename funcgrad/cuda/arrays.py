@@ -360,24 +360,8 @@ def const(value, dtype) -> DeviceBuffer:
     return b
 
 
-class SubPool(Pool):
-    """A pool whose blocks are borrowed from the global pool and kept: a captured CUDA graph
-    bakes in its buffers' addresses, so they must never be handed to anyone else."""
-
-    def __init__(self, parent: Pool):
-        super().__init__()
-        self.parent, self.held = parent, []
-
-    def _driver_alloc(self, b: int, requested: int) -> Raw:
-        blk = self.parent.alloc(b)
-        self.held.append(blk)
-        self.driver_allocs += 1
-        self.driver_bytes += blk.raw.nbytes
-        return blk.raw
-
-
 class using_pool:
-    """Route allocations to `p` inside the block (a plan's SubPool during capture)."""
+    """Route allocations to `p` inside the block (a plan's memplan pools while it runs)."""
 
     def __init__(self, p: Pool):
         self.p = p

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import kernel_files
 from .. import prims as P
 from ..clustering import Cluster, external_inputs, fusible, is_view_bcast  # noqa: F401
 from ..clustering import plan_steps as _plan_steps
@@ -21,19 +22,9 @@ from .elementwise import compute_t, helper_source, nbt, scalar
 # code generation
 # ---------------------------------------------------------------------------------------------
 
-def _lit(val, dtype):
+def _lit(val, dtype) -> str:
     """A literal operand in the compute type of `dtype`."""
-    v = np.asarray(val).astype(dtype).item()
-    if dtype == np.bool_:
-        return "True" if v else "False"
-    ct = compute_t(dtype)
-    if dtype.kind == "f":
-        if v != v:
-            return f"{ct}(math.nan)"
-        if v in (float("inf"), float("-inf")):
-            return f"{ct}({'-' if v < 0 else ''}math.inf)"
-        return f"{ct}({v!r})"
-    return f"{ct}({v})"
+    return kernel_files.literal(val, dtype, compute_t(np.dtype(dtype)))
 
 
 class FusedKernel:

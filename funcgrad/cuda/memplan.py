@@ -101,7 +101,17 @@ class Layout:
     def __init__(self, sizes, places, arena_bytes, out_sizes):
         self.sizes, self.places = sizes, places
         self.arena_bytes, self.out_sizes = arena_bytes, out_sizes
-        self.alias: dict[int, int] = {}   # allocation -> donated argument it is written into
+        self.alias = {}
+
+    @property
+    def alias(self) -> dict:
+        """{allocation: donated argument it is written into}."""
+        return self._alias
+
+    @alias.setter
+    def alias(self, alias: dict):
+        self._alias = dict(alias)
+        self.in_place = {self.places[k][1] for k in self._alias}   # result slots not needed
 
     def __repr__(self):
         return (f"Layout({len(self.sizes)} allocations, arena {self.arena_bytes} B, "
@@ -146,31 +156,19 @@ class PlanBlock(Block):
 
     Output blocks know their plan and set; `detach` moves a result the user still holds to
     memory of its own before the plan writes that set again."""
-    __slots__ = ("owner", "set_id")
+    __slots__ = ("keep", "owner", "set_id")
 
     def __init__(self, raw, owner=None, set_id=None):
-        self.raw, self.pool, self.owner, self.set_id = raw, None, owner, set_id
+        self.raw, self.pool, self.keep, self.owner, self.set_id = raw, None, None, owner, set_id
 
     def detach(self, pool: Pool, copy):
         """Copy this block's bytes to a fresh pool block and point the block there."""
         new = pool.alloc(self.raw.nbytes)
         copy(new.raw, self.raw)
-        self.raw, self.pool, self.owner, self.set_id = new.raw, pool, None, None
-        new.raw = None    # ownership moved to self (released when self dies)
-        new.pool = _NoPool
+        self.raw, self.keep, self.owner, self.set_id = new.raw, new, None, None
 
     def __del__(self):
-        if self.pool is not None:
-            try:
-                self.pool.release(self.raw)
-            except Exception:   # interpreter shutdown
-                pass
-
-
-class _NoPool:
-    @staticmethod
-    def release(raw):
-        pass
+        pass   # the plan owns its memory; a detached block's goes back to the pool with `keep`
 
 
 def sub_raw(raw: Raw, offset: int, nbytes: int) -> Raw:

@@ -99,28 +99,16 @@ class Plan:
                     self.graph_error, self.graphs = repr(e), None
         self.calls += 1
         bufs = [a.buf for a in args]
-        if self.calls == 1:
-            if self.static_ok:   # dry run: the memory plan and the kernels, nothing executed
-                bufs = [b if b.is_contiguous() else _contiguous(b) for b in bufs]
-                self._plan_dry(bufs)
-                if self.layout is not None:
-                    if self.layout.alias:
-                        self._own_donated(bufs)
-                    try:
-                        return self._planned(bufs)
-                    except memplan.PlanMismatch as e:
-                        self.static_ok, self.static_error = False, str(e)
-            else:
+        if not self.static_ok:
+            if self.calls == 1:   # compiles every kernel: a progress line when that is slow
                 from .compile import prewarm
                 self.compile_info = prewarm(self, bufs)
-            # compiles what is left: a progress line when that takes a while
-            return self._wrap(self._run(bufs, progress=_Progress(len(self.steps))))
-        if not self.static_ok:
+                return self._wrap(self._run(bufs, progress=_Progress(len(self.steps))))
             return self._wrap(self._run(bufs))
         bufs = [b if b.is_contiguous() else _contiguous(b) for b in bufs]
-        if self.layout is not None and self.layout.alias:
-            self._own_donated(bufs)
-        if self.layout is None:
+        if self.calls == 1:   # dry run: the memory plan and the kernels, nothing executed
+            self._plan_dry(bufs)
+        elif self.layout is None:   # the dry run failed: record a real run instead
             outs = self._record(bufs)
             if runtime.SIM:
                 return self._wrap(outs)
@@ -128,6 +116,10 @@ class Plan:
             # and the next call reads them in place (no staging copies of the parameters)
             del outs
             arrays.pool().empty_cache()    # the recording's blocks: the arena replaces them
+        if self.layout is None:
+            return self._wrap(self._run(bufs, progress=_Progress(len(self.steps))))
+        if self.layout.alias:
+            self._own_donated(bufs)
         try:
             return self._planned(bufs)
         except memplan.PlanMismatch as e:
@@ -155,15 +147,15 @@ class Plan:
         kernels in parallel (compile.py); sets self.layout unless the dry run failed."""
         from .compile import prewarm
         rec = memplan.Recorder(arrays.pool(), fake=True)
-        runtime._deferred = []
-        try:
-            self.compile_info = prewarm(self, bufs, rec)
-        finally:
-            runtime._deferred = None
+        self.compile_info = prewarm(self, bufs, rec)
         outs = getattr(rec, "outs", None)
         if outs is not None and self.compile_info.get("recorded"):
-            self.layout = memplan.pack(rec, [o.block for o in outs])
-            self.layout.alias = self._aliases(outs)
+            self._set_layout(rec, outs)
+
+    def _set_layout(self, rec, outs):
+        """The arena layout of recorder `rec` whose run returned `outs`, in-place results too."""
+        self.layout = memplan.pack(rec, [o.block for o in outs])
+        self.layout.alias = self._aliases(outs)
 
     def _record(self, bufs):
         """Run once under a Recorder and pack the arena (device checks deferred, as in a
@@ -175,8 +167,7 @@ class Plan:
                 outs = self._run(bufs)
         finally:
             deferred, runtime._deferred = runtime._deferred, None
-        self.layout = memplan.pack(rec, [o.block for o in outs])
-        self.layout.alias = self._aliases(outs)
+        self._set_layout(rec, outs)
         _raise_deferred(deferred)
         return outs
 
@@ -234,9 +225,8 @@ class Plan:
         if self.out_sets[s] is None:
             self.out_sets[s] = ([None] * len(lay.out_sizes), [None] * len(lay.out_sizes))
         blocks, raws = self.out_sets[s]
-        in_place = {lay.places[k][1] for k in lay.alias}
         for j, n in enumerate(lay.out_sizes):
-            if raws[j] is None and (full or j not in in_place):
+            if raws[j] is None and (full or j not in lay.in_place):
                 blocks[j] = arrays.base_pool().alloc(n)
                 raws[j] = blocks[j].raw
         return raws
@@ -298,9 +288,8 @@ class Plan:
         consts = sum(_align(c.size * c.dtype.itemsize) for c in self.consts)
         if self.layout is None:      # not planned (host calls inside): no static figure
             return args + consts
-        in_place = {self.layout.places[k][1] for k in self.layout.alias}
         return args + consts + self.layout.arena_bytes + sum(
-            n for j, n in enumerate(self.layout.out_sizes) if j not in in_place)
+            n for j, n in enumerate(self.layout.out_sizes) if j not in self.layout.in_place)
 
     def planned_bytes(self) -> dict:
         """Device memory this plan holds: the arena, output sets, and graph staging buffers."""
