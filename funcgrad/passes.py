@@ -43,6 +43,7 @@ class _Rewriter:
         self.b = builder
         self.memo = {}
         self.fills = {}  # id(var) -> scalar value of a broadcast literal
+        self.pieces = {}  # id(var) -> (axis, [(start, stop, operand)]): see note_pad
 
     def fill_of(self, x):
         if isinstance(x, Tracer):
@@ -54,6 +55,10 @@ class _Rewriter:
     def apply(self, prim, args, params):
         if getattr(prim, "inline", None) is not None:
             return prim.inline(*args, **params)
+        if prim is P.add_p:
+            joined = self.join_pieces(args)
+            if joined is not None:
+                return joined
         simple = self.simplify(prim, args, params)
         if simple is not None:
             return simple
@@ -86,6 +91,47 @@ class _Rewriter:
             v = self.fill_of(args[0])
             if v is not None:
                 self.fills[id(out.var)] = v
+        elif prim is P.pad_p:
+            self.note_pad(out, args[0], params)
+        return out
+
+    # sums of zero-padded pieces (the transpose of slicing q, k, v out of one array) ---------
+
+    def note_pad(self, out, x, params):
+        """Remember a zero pad along one axis as pieces: (axis, [(start, stop, operand)])."""
+        cfg = params["padding_config"]
+        moved = [d for d, (lo, hi, it) in enumerate(cfg) if lo or hi or it]
+        if (len(moved) != 1 or cfg[moved[0]][2] or params["value"] != 0
+                or not isinstance(x, Tracer) or not isinstance(out, Tracer)):
+            return
+        d = moved[0]
+        lo = cfg[d][0]
+        self.pieces[id(out.var)] = (d, [(lo, lo + x.shape[d], x)])
+
+    def join_pieces(self, args):
+        """add of zero-padded pieces that do not overlap -> one concatenate (one pass)."""
+        if not all(isinstance(a, Tracer) for a in args):
+            return None
+        ps = [self.pieces.get(id(a.var)) for a in args]
+        if None in ps or ps[0][0] != ps[1][0] or args[0].aval != args[1].aval:
+            return None
+        d = ps[0][0]
+        segs = sorted(ps[0][1] + ps[1][1], key=lambda p: p[0])
+        if any(a[1] > b[0] for a, b in zip(segs, segs[1:])):
+            return None
+        shape, n = list(args[0].shape), args[0].shape[d]
+        parts, at = [], 0
+        for lo, hi, x in segs + [(n, n, None)]:
+            if lo > at:     # a gap between pieces: zeros
+                shape[d] = lo - at
+                parts.append(self.apply(P.broadcast_in_dim_p,
+                                        [np.zeros((), args[0].dtype)],
+                                        {"shape": tuple(shape), "broadcast_dimensions": ()}))
+            if x is not None:
+                parts.append(x)
+            at = hi
+        out = self.apply(P.concatenate_p, parts, {"dimension": d})
+        self.pieces[id(out.var)] = (d, segs)
         return out
 
     def fold(self, prim, args, params):
@@ -184,7 +230,9 @@ def optimize(expr: Expr, consts: list) -> tuple[Expr, list]:
         ins = [b.new_arg(v.aval) for v in expr.in_binders[expr.n_consts:]]
         env = {}
         for v, c in zip(expr.in_binders[:expr.n_consts], consts):
-            env[v] = c
+            # rank-0 constants (optimizer hyperparameters such as b1) become literals, so that
+            # CSE sees equal values as equal: adam's 1 - b1**t is computed once, not per leaf
+            env[v] = np.asarray(c) if isinstance(c, Array) and c.ndim == 0 else c
         for v, t in zip(expr.in_binders[expr.n_consts:], ins):
             env[v] = t
 

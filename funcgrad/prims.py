@@ -997,13 +997,26 @@ def _dot_vjp(ct, x, y, *, out, dimension_numbers, precision=None):
     ct_b = tuple(range(nb))
     ct_xf = tuple(range(nb, nb + len(lf)))
     ct_yf = tuple(range(nb + len(lf), nb + len(lf) + len(rf)))
-    rx = dot_general(ct, y, ((ct_yf, tuple(rf)), (ct_b, tuple(rb))), precision)
-    order_x = list(lb) + lf + [lc[j] for j in np.argsort(rc, kind="stable")]
-    ct_x = transpose(rx, [order_x.index(i) for i in range(len(x.shape))])
-    ry = dot_general(ct, x, ((ct_xf, tuple(lf)), (ct_b, tuple(lb))), precision)
-    order_y = list(rb) + rf + [rc[j] for j in np.argsort(lc, kind="stable")]
-    ct_y = transpose(ry, [order_y.index(i) for i in range(len(y.shape))])
+    ct_x = _dot_ct(ct, y, (ct_yf, tuple(rf)), ct_b, tuple(rb), list(lb), lf,
+                   [lc[j] for j in np.argsort(rc, kind="stable")], precision)
+    ct_y = _dot_ct(ct, x, (ct_xf, tuple(lf)), ct_b, tuple(lb), list(rb), rf,
+                   [rc[j] for j in np.argsort(lc, kind="stable")], precision)
     return ct_x, ct_y
+
+
+def _dot_ct(ct, other, contract, ct_b, other_b, batch, free, rest, precision):
+    """One operand's cotangent: ct . other over `contract`, in the operand's axis order.
+
+    The product's axes come out as batch + free + rest (ct first) or batch + rest + free
+    (other first); the order that needs no transpose is taken (a weight gradient x^T ct comes
+    out as [K, N] directly, not as [N, K] read through a strided view)."""
+    order = batch + free + rest
+    if order == sorted(order) or batch + rest + free != sorted(order):
+        r = dot_general(ct, other, (contract, (ct_b, other_b)), precision)
+    else:
+        r = dot_general(other, ct, ((contract[1], contract[0]), (other_b, ct_b)), precision)
+        order = batch + rest + free
+    return transpose(r, [order.index(i) for i in range(len(order))])
 
 
 def _dot_jvp(ts, xs, *, out, dimension_numbers, precision=None):

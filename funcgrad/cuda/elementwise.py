@@ -51,25 +51,26 @@ class T:
     c = property(lambda self: self.kind == "c")
 
 
-# helper device functions, specialised per compute type (typed constants keep float32 float32);
+# helper device functions, specialised per compute type (typed constants keep float32 float32,
+# and uint64 uint64: numba unifies uint64 with a plain int literal as float64, which rounds);
 # the type is part of each name so that one fused kernel can hold helpers for several types
 HELPERS = {
     "idiv": """
 @cuda.jit(device=True, {opts})
 def idiv_{ct}(x, y):
-    if y == 0:
-        return 0
-    q = x // y
-    if q < 0 and q * y != x:
-        q += 1
+    if y == {ct}(0):
+        return {ct}(0)
+    q = {ct}(x // y)
+    if q < {ct}(0) and q * y != x:
+        q += {ct}(1)
     return q
 """,
     "irem": """
 @cuda.jit(device=True, {opts})
 def irem_{ct}(x, y):
-    if y == 0:
-        return 0
-    return x - idiv_{ct}(x, y) * y
+    if y == {ct}(0):
+        return {ct}(0)
+    return {ct}(x - idiv_{ct}(x, y) * y)
 """,
     "ffloor": """
 @cuda.jit(device=True, {opts})

@@ -1,5 +1,6 @@
 """Row kernels for the fused last-axis primitives of funcgrad/fused.py: softmax, log_softmax,
-softmax_xent, layer_norm and rms_norm, one block per row.
+softmax_xent, layer_norm and rms_norm, one block per row (rows of up to 1024 elements take the
+warp-per-row kernels of rows.py instead, except softmax_xent).
 
 Threads stride over the row and combine through a block all-reduce: warp shuffles then one
 shared slot per warp on a GPU, a shared-memory tree in the simulator (no shuffles there). The
@@ -8,7 +9,7 @@ impls.
 """
 from __future__ import annotations
 
-from . import runtime
+from . import rows, runtime
 from .arrays import DeviceBuffer, pool, to_host
 from .elementwise import compute_t, contiguous, nbt
 from .gather import error_flags
@@ -112,9 +113,12 @@ def _flat(b: DeviceBuffer):
 
 
 def softmax(x, log=False):
+    kind = "log_softmax" if log else "softmax"
+    if x.ndim and rows.fits(x.shape[-1]):     # a warp per row, the row in registers
+        return rows.run(kind, [x], x.shape, x.dtype)
     x = _flat(x)
     out = pool().empty(x.shape, x.dtype)
-    return _run("log_softmax" if log else "softmax", x, [], out)
+    return _run(kind, x, [], out)
 
 
 def softmax_xent(x, labels):
@@ -143,12 +147,16 @@ def _bad_label(label, n):
 
 
 def layer_norm(x, scale, bias, eps):
+    if x.ndim and rows.fits(x.shape[-1]):
+        return rows.run("layer_norm", [x, scale, bias], x.shape, x.dtype, float(eps))
     x, scale, bias = _flat(x), _flat(scale), _flat(bias)
     out = pool().empty(x.shape, x.dtype)
     return _run("layer_norm", x, [scale.arr(), bias.arr()], out, eps=float(eps))
 
 
 def rms_norm(x, scale, eps):
+    if x.ndim and rows.fits(x.shape[-1]):
+        return rows.run("rms_norm", [x, scale], x.shape, x.dtype, float(eps))
     x, scale = _flat(x), _flat(scale)
     out = pool().empty(x.shape, x.dtype)
     return _run("rms_norm", x, [scale.arr()], out, eps=float(eps))

@@ -1,4 +1,4 @@
-"""Warp-per-row kernels for the backward primitives of funcgrad/fused_bwd.py.
+"""Warp-per-row kernels for the fused row primitives (forward and backward, funcgrad/fused*.py).
 
 A group of L lanes (a warp on a GPU, 4 threads in the simulator) owns a row: lane l holds
 elements l, l + L, ... in registers (a local array of C = ceil(n / L) slots), so each row is
@@ -16,7 +16,8 @@ from . import runtime
 from .arrays import DeviceBuffer, pool
 from .elementwise import compute_t, contiguous, fill, nbt
 
-ARGS = {"softmax_bwd": ["y", "c"], "log_softmax_bwd": ["y", "c"],
+ARGS = {"layer_norm": ["x", "sc", "bi"], "rms_norm": ["x", "sc"], "softmax": ["x"],
+        "log_softmax": ["x"], "softmax_bwd": ["y", "c"], "log_softmax_bwd": ["y", "c"],
         "softmax_xent_bwd": ["x", "lab", "cr"], "layer_norm_bwd": ["x", "sc", "c"],
         "rms_norm_bwd": ["x", "sc", "c"]}
 PARTIALS = {"layer_norm_bwd": 2, "rms_norm_bwd": 1}
@@ -55,7 +56,8 @@ def source(kind, dtype, C, eps=None) -> str:
           "    t = cuda.threadIdx.x", f"    w = t // {L}", f"    lane = t - w * {L}",
           f"    sh = cuda.shared.array({T}, {ct})",
           f"    row0 = (cuda.blockIdx.x * {W} + w) * RPW"]
-    arrays = {"softmax_bwd": ["ya", "ca"], "log_softmax_bwd": ["ya", "ca"],
+    arrays = {"layer_norm": ["xa"], "rms_norm": ["xa"], "softmax": ["xa"],
+              "log_softmax": ["xa"], "softmax_bwd": ["ya", "ca"], "log_softmax_bwd": ["ya", "ca"],
               "softmax_xent_bwd": ["xa"], "layer_norm_bwd": ["xa", "ga", "sa"],
               "rms_norm_bwd": ["xa", "ga", "sa"]}[kind] + [f"p{i}" for i in range(k)]
     L_ += [f"    {a} = cuda.local.array({C}, {ct})" for a in arrays]
@@ -78,7 +80,30 @@ def source(kind, dtype, C, eps=None) -> str:
                    + [f"p{i}[m] = {ct}(0)" for i in range(k)], ind="    ")
     L_ += ["    for i in range(RPW):", f"{I1}row = row0 + i", f"{I1}act = row < R",
            f"{I1}base = row * N"]
-    if kind in ("softmax_bwd", "log_softmax_bwd"):
+    if kind in ("softmax", "log_softmax"):
+        L_ += each(load("xa", "x", f"{ct}(-math.inf)"))
+        L_ += [f"{I1}mx = {ct}(-math.inf)"] + each(["mx = mx if (mx > xa[m] or mx != mx) "
+                                                    "else xa[m]"])
+        L_ += _group_reduce("mx", "max", L, shfl, I1)
+        L_ += [f"{I1}s = {ct}(0)"] + each(["if act and j < N:", "    s += math.exp(xa[m] - mx)"])
+        L_ += _group_reduce("s", "sum", L, shfl, I1)
+        res = ("math.exp(xa[m] - mx) / s" if kind == "softmax"
+               else "(xa[m] - mx) - math.log(s)")
+        L_ += [f"{I1}if act:"] + each([f"o[oo + base + j] = {out}({res})"], I2, guard=True)
+    elif kind in ("layer_norm", "rms_norm"):
+        # two passes over the row in registers, as the numpy impl: mean, then centred squares
+        L_ += each(load("xa", "x"))
+        if kind == "layer_norm":
+            L_ += [f"{I1}mu = {ct}(0)"] + each(["mu += xa[m]"])
+            L_ += _group_reduce("mu", "sum", L, shfl, I1) + [f"{I1}mu = mu * {inv_n}"]
+            L_ += each([f"xa[m] = xa[m] - mu if j < N else {ct}(0)"])
+        L_ += [f"{I1}q = {ct}(0)"] + each(["q += xa[m] * xa[m]"])
+        L_ += _group_reduce("q", "sum", L, shfl, I1)
+        L_ += [f"{I1}rs = {ct}(1) / math.sqrt(q * {inv_n} + {ct}({eps!r}))"]
+        y = f"xa[m] * rs * {ct}(sc[sco + j])" + (
+            f" + {ct}(bi[bio + j])" if kind == "layer_norm" else "")
+        L_ += [f"{I1}if act:"] + each([f"o[oo + base + j] = {out}({y})"], I2, guard=True)
+    elif kind in ("softmax_bwd", "log_softmax_bwd"):
         L_ += each(load("ya", "y") + load("ca", "c"))
         L_ += [f"{I1}s = {ct}(0)"]
         if kind == "softmax_bwd":
@@ -131,8 +156,17 @@ def _rows_per_group(kind, R):
     return max(1, -(-R // (1024 if kind in PARTIALS else 1 << 17)))
 
 
+# rows longer than this many elements per lane use the block-per-row kernels of fused.py
+MAX_SLOTS = 32
+
+
+def fits(n: int) -> bool:
+    """Whether rows of n elements fit the registers of one group (warp) of lanes."""
+    return -(-n // geometry()[1]) <= MAX_SLOTS
+
+
 def run(kind, ins: list, out_shape, dtype, eps=None) -> DeviceBuffer:
-    """The backward `kind` of contiguous-row operands `ins` (x-like first)."""
+    """The row primitive `kind` of contiguous-row operands `ins` (x-like first)."""
     from .reduce import _reduce3
     x = ins[0]
     N = x.shape[-1]
