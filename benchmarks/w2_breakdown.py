@@ -61,6 +61,9 @@ def main():
     t0 = time.perf_counter()
     run().block_until_ready()
     print(f"first call {time.perf_counter() - t0:.2f} s", flush=True)
+    info = step.lower(state[0], state[1], idx, tgt).compile().compile_info
+    print("slowest kernels to compile (s):", [(round(t, 1), w[-40:]) for t, w in
+                                                info.get("slowest", [])[:5]], flush=True)
     for _ in range(5):
         run().block_until_ready()
     ts = []

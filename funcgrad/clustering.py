@@ -10,6 +10,12 @@ from . import prims as P
 from .core import Var
 
 
+# equations per cluster: one kernel's compile time grows faster than its size (an optimizer
+# update of every 384-wide parameter of a GPT was one 617-equation kernel that took ~20 s to
+# compile); a full cluster is closed and the next equations start another
+MAX_EQNS = 120
+
+
 def fusible(e) -> bool:
     """Whether equation e may join an elementwise cluster."""
     return e.prim.kind == "elementwise" or e.prim in (P.broadcast_in_dim_p, P.iota_p)
@@ -63,6 +69,9 @@ def plan_steps(expr, can_join=fusible, rematerialize=False):
         if can_join(e) and e.out.aval.size > 0:
             shape = e.out.aval.shape
             c = open_by_shape.get(shape)
+            if c is not None and len(c.eqns) >= MAX_EQNS:
+                flush(c)
+                c = None
             if c is None:
                 c = open_by_shape[shape] = Cluster(shape)
             flush_inputs(e, keep=c)

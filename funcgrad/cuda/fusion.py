@@ -39,6 +39,7 @@ class FusedKernel:
         self.cluster = cluster
         self.inputs = external_inputs(cluster)
         self.layout = layout  # var -> "flat" | "strided" | "scalar"
+        self.per_thread = 1     # elements a thread takes per loop iteration (set by _generate)
         self.source = self._generate()
 
     def _generate(self):
@@ -47,51 +48,59 @@ class FusedKernel:
         pname = {v: f"in{k}" for k, v in enumerate(self.inputs)}
         need_coords = any(self.layout[v] == "strided" for v in self.inputs) or any(
             e.prim is P.iota_p for e in c.eqns)
-        names = {}
-        body = []
         helpers = set()
 
-        def read(v, dims_map):
-            p = pname[v]
-            mode = self.layout[v]
-            if mode == "flat":
-                at = f"{p}_o + i"
-            elif mode == "scalar":
-                at = f"{p}_o"
-            else:
-                at = " + ".join([p + "_o"] + [f"c{d} * {p}_s{j}" for j, d in enumerate(dims_map)
-                                              if v.aval.shape[j] != 1])
-            return f"{compute_t(v.aval.dtype)}({p}[{at}])"
+        def body(ix, tp):
+            """Lines computing every member for element `ix` into names `tp`0, `tp`1, ...;
+            returns (lines, names)."""
+            names, lines = {}, []
 
-        for k, e in enumerate(c.eqns):
-            dt = e.out.aval.dtype
-            out = f"t{k}"
-            if e.prim is P.iota_p:
-                body.append(f"{out} = {compute_t(dt)}(c{e.params['dimension']})")
-            elif is_view_bcast(e, c.members):
-                x = e.inputs[0]
-                if not isinstance(x, Var):
-                    body.append(f"{out} = {_lit(x.val, dt)}")
+            def read(v, dims_map):
+                p = pname[v]
+                mode = self.layout[v]
+                if mode == "flat":
+                    at = f"{p}_o + {ix}"
+                elif mode == "scalar":
+                    at = f"{p}_o"
                 else:
-                    body.append(f"{out} = {read(x, e.params['broadcast_dimensions'])}")
-            else:
-                args = []
-                for x in e.inputs:
-                    if isinstance(x, Lit):
-                        args.append(_lit(x.val, x.aval.dtype))
-                    elif x in names:
-                        args.append(names[x])
+                    at = " + ".join([p + "_o"] + [f"c{d} * {p}_s{j}"
+                                                  for j, d in enumerate(dims_map)
+                                                  if v.aval.shape[j] != 1])
+                return f"{compute_t(v.aval.dtype)}({p}[{at}])"
+
+            for k, e in enumerate(c.eqns):
+                dt = e.out.aval.dtype
+                out = f"{tp}{k}"
+                if e.prim is P.iota_p:
+                    lines.append(f"{out} = {compute_t(dt)}(c{e.params['dimension']})")
+                elif is_view_bcast(e, c.members):
+                    x = e.inputs[0]
+                    if not isinstance(x, Var):
+                        lines.append(f"{out} = {_lit(x.val, dt)}")
                     else:
-                        args.append(read(x, tuple(range(rank))))
-                src_dt = e.inputs[0].aval.dtype if e.inputs else dt
-                expr, used = scalar(e.prim.name, args, src_dt, dt, e.params)
-                helpers |= used
-                # each value is cast to its compute type (its dtype; float16 computes in
-                # float32), so integers wrap at every step as in numpy, not only when stored
-                body.append(f"{out} = {compute_t(dt)}({expr})")
-            names[e.out] = out
-        for j, o in enumerate(c.outputs):
-            body.append(f"out{j}[out{j}_o + i] = {nbt(o.aval.dtype)}({names[o]})")
+                        lines.append(f"{out} = {read(x, e.params['broadcast_dimensions'])}")
+                else:
+                    args = []
+                    for x in e.inputs:
+                        if isinstance(x, Lit):
+                            args.append(_lit(x.val, x.aval.dtype))
+                        elif x in names:
+                            args.append(names[x])
+                        else:
+                            args.append(read(x, tuple(range(rank))))
+                    src_dt = e.inputs[0].aval.dtype if e.inputs else dt
+                    expr, used = scalar(e.prim.name, args, src_dt, dt, e.params)
+                    helpers.update(used)
+                    # each value is cast to its compute type (its dtype; float16 computes in
+                    # float32), so integers wrap at every step as in numpy, not only when stored
+                    lines.append(f"{out} = {compute_t(dt)}({expr})")
+                names[e.out] = out
+            return lines, names
+
+        def stores(ix, names):
+            return [f"out{j}[out{j}_o + {ix}] = {nbt(o.aval.dtype)}({names[o]})"
+                    for j, o in enumerate(c.outputs)]
+
         sig = ["n"] + [f"s{d}" for d in range(rank)]
         for v in self.inputs:
             p = pname[v]
@@ -106,8 +115,20 @@ class FusedKernel:
             lines.append("        r = i")
             for d in reversed(range(rank)):
                 lines += [f"        c{d} = r % s{d}", f"        r = r // s{d}"]
-        lines += [f"        {b}" for b in body]
-        lines.append("        i += step")
+            b, names = body("i", "t")
+            lines += [f"        {x}" for x in b + stores("i", names)]
+            lines.append("        i += step")
+        else:
+            # two elements per iteration (the second re-reads the first's at the end): twice
+            # the loads in flight per thread, which memory-bound kernels need to reach the
+            # copy bandwidth
+            self.per_thread = 2
+            b1, n1 = body("i", "t")
+            b2, n2 = body("i2", "u")
+            lines += ["        j = i + step", "        i2 = j if j < n else i"]
+            lines += [f"        {x}" for x in b1 + b2 + stores("i", n1)]
+            lines += ["        if j < n:"] + [f"            {x}" for x in stores("i2", n2)]
+            lines.append("        i = j + step")
         return helper_source(helpers, "{opts}") + "\n\n" + "\n".join(lines) + "\n"
 
     def args(self, bufs: list, outs: list) -> list:
@@ -155,7 +176,7 @@ def run_cluster(cache: dict, c: Cluster, env: dict):
     outs = [pool.empty(o.aval.shape, o.aval.dtype) for o in c.outputs]
     n = int(np.prod(c.shape))
     if n:
-        blocks, threads = runtime.grid_1d(n)
+        blocks, threads = runtime.grid_1d(-(-n // fk.per_thread))
         kern[blocks, threads, runtime.stream()](*fk.args(bufs, outs))
     for o, b in zip(c.outputs, outs):
         env[o] = b
