@@ -102,6 +102,31 @@ def test_conv_dtypes(conv_path, dtype, pet):
     np.testing.assert_allclose(np.asarray(got), want, rtol=tol, atol=tol)
 
 
+def test_conv_gemm_operands_have_the_result_dtype(monkeypatch):
+    """float16 operands with preferred_element_type=float32: the GEMM path hands dot_general
+    operands of the result dtype (cuBLAS writes C in the operands' type: a float16 C in the
+    float32 result filled half of it, the second batch element read zeros on an H200)."""
+    from funcgrad.cuda import matmul
+    seen = []
+    real = matmul.dot_general
+
+    def spy(x, y, dimension_numbers, out_aval, precision=None):
+        seen.append((x.dtype.name, y.dtype.name, np.dtype(out_aval.dtype).name))
+        return real(x, y, dimension_numbers, out_aval, precision)
+
+    monkeypatch.setattr(matmul, "dot_general", spy)
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal((2, 5, 4, 3)) * 3).astype(np.float16)
+    k = (rng.standard_normal((3, 2, 3, 4)) * 3).astype(np.float16)
+    kw = dict(window_strides=(2, 1), padding="SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"),
+              preferred_element_type=np.float32)
+    want = np.asarray(lax.conv_general_dilated(x, k, **kw))
+    with _path("gemm"):
+        got = lax.conv_general_dilated(_transposed(x), cu(k), **kw)
+    assert seen == [("float32", "float32", "float32")]
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+
+
 def test_window_kernels_ties_nan_and_dilations():
     x = np.array([[1.0, 3.0, 3.0, 0.0, 2.0],
                   [2.0, np.nan, 5.0, 5.0, 1.0],

@@ -2,8 +2,8 @@
 select-and-gather / select-and-scatter pair of max-pool gradients.
 
 A convolution with many taps per output (>= 16 MACs) runs as im2col into a patch matrix plus
-the tiled GEMM of matmul.py (weights read in place); a small one as a direct convolution, one
-output element per thread iteration.
+the tiled GEMM of matmul.py (weights read in place unless converted to a wider result
+dtype); a small one as a direct convolution, one output element per thread iteration.
 
 Every kernel is a grid-stride loop with one output element per iteration, generated per
 (number of spatial axes, dtypes) and reading its operands through their strides (any layout,
@@ -88,7 +88,8 @@ def _conv_source(nsp: int, out_dtype) -> str:
 
 def _patches_source(nsp: int, dtype) -> str:
     """im2col: P[g, b, q.., ci, k..] (C order) = the input element tap k of output position q
-    reads for (group g, batch b, channel ci), or 0 for padding and holes."""
+    reads for (group g, batch b, channel ci), or 0 for padding and holes, converted to the
+    patch matrix's `dtype`."""
     sp = range(nsp)
     geo = [f"{a}{d}" for d in sp for a in ("od", "idm", "kd", "st", "pl", "ld", "rd")]
     args = (["n", "x", "xo", "xsn", "xsc"] + [f"xs{d}" for d in sp]
@@ -107,7 +108,7 @@ def _patches_source(nsp: int, dtype) -> str:
         L += [f"        p{d} = q{d} * st{d} - pl{d} + k{d} * rd{d}",
               f"        ok = ok and p{d} >= 0 and p{d} % ld{d} == 0 and p{d} // ld{d} < idm{d}",
               f"        a += (p{d} // ld{d}) * xs{d}"]
-    L += [f"        pm[i] = x[a] if ok else {nbt(dtype)}(0)", "        i += step"]
+    L += [f"        pm[i] = {nbt(dtype)}(x[a]) if ok else {nbt(dtype)}(0)", "        i += step"]
     return "\n".join(L) + "\n"
 
 
@@ -160,18 +161,26 @@ def conv_general_dilated(bufs, params, aval) -> DeviceBuffer:
 
 def _conv_gemm(x, w, x_args, geo, params, aval, out, n_out, G, CG, od, kd) -> DeviceBuffer:
     """im2col into a (G, n_out, *od, CG, *kd) patch matrix, then matmul.dot_general against
-    the kernel viewed as (G, O / G, CG, *kd) (no copy), then one strided copy into out."""
+    the kernel viewed as (G, O / G, CG, *kd) (no copy), then one strided copy into out.
+
+    dot_general's operands always have the result's dtype: with preferred_element_type wider
+    than the operands (float16 -> float32) the patch matrix is written in the result dtype and
+    the kernel converted to it, because the cuBLAS path (blas.gemm) writes C in the operands'
+    dtype: a float16 C in a float32 buffer filled half of it (the second batch read zeros)."""
     ls, rs, os_ = params["dimension_numbers"]
     nsp = len(od)
     O = aval.shape[os_[1]]
     og = O // G
-    pm = pool().empty([G, n_out] + od + [CG] + kd, x.dtype)
-    _run(("conv_patches", nsp, x.dtype.name), lambda: _patches_source(nsp, x.dtype), pm.size,
-         *x_args, pm.arr(), n_out, CG, int(params["batch_group_count"] > 1),
+    dt = np.dtype(aval.dtype)
+    pm = pool().empty([G, n_out] + od + [CG] + kd, dt)
+    _run(("conv_patches", nsp, x.dtype.name, dt.name), lambda: _patches_source(nsp, dt),
+         pm.size, *x_args, pm.arr(), n_out, CG, int(params["batch_group_count"] > 1),
          int(params["feature_group_count"] > 1), *geo)
     so = w.strides[rs[0]]
     wv = w.view([G, og, CG] + kd, [so * og, so, w.strides[rs[1]]]
                 + [w.strides[a] for a in rs[2:]], w.offset)
+    if wv.dtype != dt:
+        wv = ew.run("convert_element_type", [wv], dt)
     contract = tuple(range(2 + nsp, 3 + 2 * nsp))
     res = matmul.dot_general(pm, wv, ((contract, tuple(range(2, 3 + nsp))), ((0,), (0,))),
                              ShapedArray([G, n_out] + od + [og], aval.dtype))
