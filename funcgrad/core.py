@@ -427,7 +427,7 @@ class ArrayBase:
 
     def __array_namespace__(self, *, api_version=None):
         """funcgrad.numpy, the array API standard namespace of this array."""
-        if api_version not in (None, "2021.12", "2022.12", "2023.12"):
+        if api_version not in (None, "2021.12", "2022.12", "2023.12", "2024.12", "2025.12"):
             raise ValueError(f"unsupported array API version {api_version!r}")
         return _numpy_api
 

@@ -42,6 +42,13 @@ def _complex_shape(x, y):
     return ShapedArray(x.shape, _COMPLEX_OF[x.dtype])
 
 
+def _complex_impl(x, y):
+    """x + iy by parts (x + 1j * y would turn y = inf into nan + inf j and lose -0)."""
+    out = np.empty(np.shape(x), _COMPLEX_OF[np.dtype(x.dtype)])
+    out.real, out.imag = x, y
+    return out
+
+
 def _linear(prim, vjp):
     prim.jvp = lambda ts, xs, *, out, **p: (
         None if all(t is None for t in ts) else bind(
@@ -68,8 +75,7 @@ conj_p = _linear(defprim("conj", _conj_shape, np.conjugate, kind="elementwise"),
                  lambda ct, x, *, out: (conj(ct),))
 # complex(x, y) = x + iy; transpose: t -> (re t, -im t)
 complex_p = _linear(
-    defprim("complex", _complex_shape, lambda x, y: (x + 1j * y).astype(_COMPLEX_OF[x.dtype]),
-            kind="elementwise"),
+    defprim("complex", _complex_shape, lambda x, y: _complex_impl(x, y), kind="elementwise"),
     lambda ct, x, y, *, out: (real(ct), neg(imag(ct))))
 
 

@@ -94,7 +94,6 @@ from ._ufuncs import (  # noqa: F401
                     equal,
                     exp,
                     exp2,
-                    expm1,
                     floor,
                     floor_divide,
                     fmod,
@@ -108,7 +107,6 @@ from ._ufuncs import (  # noqa: F401
                     less,
                     less_equal,
                     log,
-                    log1p,
                     log2,
                     log10,
                     logaddexp,
@@ -139,7 +137,6 @@ from ._ufuncs import (  # noqa: F401
                     subtract,
                     sum,
                     tan,
-                    tanh,
                     true_divide,
                     trunc,
                     var,
@@ -148,6 +145,7 @@ from ._ufuncs import (  # noqa: F401
 
 pi, e, inf, nan, newaxis = _np.pi, _np.e, _np.inf, _np.nan, None
 
+from ._complex_math import *  # noqa: E402,F401,F403  (real and complex elementary functions)
 from ._cumulative import *  # noqa: E402,F401,F403  (issue 12 breadth: new modules)
 from ._extra_math import *  # noqa: E402,F401,F403
 from ._index_tricks import *  # noqa: E402,F401,F403

@@ -1,11 +1,11 @@
-"""The array API standard's (2023.12) inspection namespace: __array_namespace_info__."""
+"""The array API standard's (2025.12) inspection namespace: __array_namespace_info__."""
 from __future__ import annotations
 
 import numpy as np
 
 from ..core import _backend_factories, _cuda_usable, default_device
 
-__array_api_version__ = "2023.12"
+__array_api_version__ = "2025.12"
 
 _KINDS = {
     "bool": ("bool",),
@@ -19,27 +19,28 @@ _KINDS["numeric"] = _KINDS["integral"] + _KINDS["real floating"] + _KINDS["compl
 
 
 class _Info:
-    """What funcgrad.numpy supports: capabilities, devices and dtypes (array API 2023.12)."""
+    """What funcgrad.numpy supports: capabilities, devices and dtypes (array API 2025.12)."""
 
     __module__ = "funcgrad.numpy"
 
     def capabilities(self) -> dict:
-        """Optional features: boolean indexing needs data-dependent shapes (not traceable).
+        """Optional features: boolean indexing needs data-dependent shapes (not traceable);
+        arrays have at most 64 dimensions (numpy's limit, which the CPU backend inherits).
 
         Example:
             >>> import funcgrad.numpy as fnp
             >>> fnp.__array_namespace_info__().capabilities()["boolean indexing"]
             False
         """
-        return {"boolean indexing": False, "data-dependent shapes": False}
+        return {"boolean indexing": False, "data-dependent shapes": False, "max dimensions": 64}
 
     def default_device(self) -> str:
         """The device new arrays are placed on ("cpu" or "cuda")."""
         return default_device()
 
-    def devices(self) -> list:
+    def devices(self) -> tuple:
         """The usable devices: "cpu", and "cuda" when a GPU (or the simulator) is usable."""
-        return ["cpu"] + (["cuda"] if "cuda" in _backend_factories and _cuda_usable() else [])
+        return ("cpu",) + (("cuda",) if "cuda" in _backend_factories and _cuda_usable() else ())
 
     def default_dtypes(self, *, device=None) -> dict:
         """The default dtypes of new arrays (JAX's 32-bit defaults)."""

@@ -9,6 +9,7 @@ from .. import prims
 from ..core import (
     SUPPORTED_DTYPES,
     ArrayBase,
+    ShapeError,
     aval_of,
     bind,
     canonicalize_dtype,
@@ -206,11 +207,20 @@ def _value(x, dtype):
     return arr
 
 
+class ShapeValueError(ShapeError, ValueError, IndexError):
+    """A shape or axis error that numpy and JAX raise as ValueError (numpy's AxisError is also an
+    IndexError); still a ShapeError (and so a TypeError) for funcgrad's own callers."""
+
+
+def value_error(op: str, msg: str, avals=()) -> ShapeValueError:
+    return ShapeValueError(str(type_error(op, msg, avals)))
+
+
 def broadcast_shapes(*shapes, op="broadcast"):
     try:
         return tuple(np.broadcast_shapes(*[tuple(s) for s in shapes]))
     except ValueError:
-        raise type_error(op, "shapes " + " and ".join(str(tuple(s)) for s in shapes)
+        raise value_error(op, "shapes " + " and ".join(str(tuple(s)) for s in shapes)
                          + " cannot be broadcast together") from None
 
 
@@ -223,7 +233,7 @@ def broadcast_to(x, shape):
         return x
     nd = len(shape)
     if len(xs) > nd or any(a not in (1, b) for a, b in zip(xs, shape[nd - len(xs):])):
-        raise type_error("broadcast_to", f"cannot broadcast shape {xs} to {shape}")
+        raise value_error("broadcast_to", f"cannot broadcast shape {xs} to {shape}")
     return prims.broadcast_in_dim(x, shape, range(nd - len(xs), nd))
 
 
@@ -265,7 +275,7 @@ def reshape(a, shape=None, order="C", *, newshape=None, copy=None):
 def _norm_axis(axis, ndim, op):
     a = int(axis)
     if not -ndim <= a < ndim:
-        raise type_error(op, f"axis {axis} is out of bounds for an array of rank {ndim}")
+        raise value_error(op, f"axis {axis} is out of bounds for an array of rank {ndim}")
     return a % ndim if ndim else 0
 
 
@@ -275,7 +285,7 @@ def norm_axes(axis, ndim, op):
     if isinstance(axis, (tuple, list)):
         axes = tuple(_norm_axis(a, ndim, op) for a in axis)
         if len(set(axes)) != len(axes):
-            raise type_error(op, f"repeated axis in {tuple(axis)}")
+            raise value_error(op, f"repeated axis in {tuple(axis)}")
         return axes
     return (_norm_axis(axis, ndim, op),)
 

@@ -187,7 +187,7 @@ def meshgrid(*xi, copy=True, sparse=False, indexing="xy"):
         s[d] = x.shape[0]
         g = reshape(x, s)
         out.append(g if sparse else broadcast_to(g, shape))
-    return out
+    return tuple(out)
 
 
 def indices(dimensions, dtype=None, sparse=False):

@@ -58,8 +58,25 @@ def _normalize(x, idx):
 _GAP = object()  # marks an Ellipsis that expanded to no axes
 
 
+def _scalar_mask(idx):
+    """The value of a whole index that is one concrete 0-d boolean (x[True], x[mask0d]), else
+    None."""
+    if isinstance(idx, (bool, np.bool_)):
+        return bool(idx)
+    if isinstance(idx, (ArrayBase, np.ndarray)) and idx.dtype == np.bool_ and idx.ndim == 0:
+        if isinstance(idx, Tracer):
+            raise IndexError("boolean-mask indexing needs a concrete mask (its output shape "
+                             "depends on the data); use funcgrad.numpy.where")
+        return bool(np.asarray(idx))
+    return None
+
+
 def _getitem(x, idx):
     """x[idx] with numpy semantics; out-of-range integer indices raise IndexError."""
+    keep = _scalar_mask(idx)
+    if keep is not None:   # numpy: a new leading axis holding x once (True) or never (False)
+        y = reshape(x, (1,) + tuple(x.shape))
+        return y if keep else _getitem(y, slice(0, 0))
     idx = _normalize(x, idx)
     has_adv = any(_is_array_index(i) for i in idx)
     if has_adv:  # ints count as advanced indices next to arrays (numpy's rule)

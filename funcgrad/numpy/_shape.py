@@ -13,6 +13,7 @@ from ._base import (
     norm_axes,
     reshape,
     result_type,
+    value_error,
 )
 from ._ufuncs import logical_or, where
 
@@ -54,7 +55,7 @@ def expand_dims(a, axis):
     a = asarray(a)
     axes = axis if isinstance(axis, (tuple, list)) else (axis,)
     nd = a.ndim + len(axes)
-    axes = sorted(_norm_axis(x, nd, "expand_dims") for x in axes)
+    axes = sorted(norm_axes(tuple(axes), nd, "expand_dims"))
     shape = list(a.shape)
     for ax in axes:
         shape.insert(ax, 1)
@@ -70,7 +71,7 @@ def squeeze(a, axis=None):
         axes = norm_axes(axis, a.ndim, "squeeze")
         for ax in axes:
             if a.shape[ax] != 1:
-                raise type_error("squeeze", f"cannot select an axis to squeeze out which has "
+                raise value_error("squeeze", f"cannot select an axis to squeeze out which has "
                                  f"size not equal to one (axis {ax})", (a.aval,))
     return reshape(a, [s for i, s in enumerate(a.shape) if i not in axes])
 
@@ -81,7 +82,7 @@ def ravel(a):
 
 def broadcast_arrays(*args):
     shape = broadcast_shapes(*[np.shape(a) for a in args])
-    return [broadcast_to(asarray(a), shape) for a in args]
+    return tuple(broadcast_to(asarray(a), shape) for a in args)
 
 
 def concatenate(arrays, axis=0, dtype=None):

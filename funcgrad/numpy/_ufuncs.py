@@ -285,7 +285,11 @@ def remainder(x1, x2):
     a, b = promote_args("remainder", x1, x2)
     r = bind(P.rem_p, a, b)
     adjust = logical_and(not_equal(r, 0), not_equal(less(r, 0), less(b, 0)))
-    return where(adjust, r + b, r)
+    out = where(adjust, r + b, r)
+    if is_float(out.dtype):   # a zero result takes the divisor's sign (the array API, C99)
+        zero = P.full_like(out, 0.0)
+        out = where(equal(out, 0), where(less(b, 0), -zero, zero), out)
+    return out
 
 
 mod = remainder
