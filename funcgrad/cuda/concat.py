@@ -1,0 +1,79 @@
+"""concatenate in one kernel: every output row written once, each element read from its piece.
+
+The output is viewed as [outer, mid, inner] around the concatenation axis and each piece as
+[outer, m_k, inner] through its own strides (a piece that cannot be viewed so, e.g. a
+transposed view whose outer axes do not merge, sends the call to the copy-per-piece path).
+A block walks output rows; its threads take the row's elements in order, so writes are
+coalesced and, for pieces with unit inner stride, reads too. The piece sizes and `inner` are
+literals of the kernel (divisions become shifts and compares); outer and strides are arguments.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import runtime
+from .arrays import DeviceBuffer, pool
+
+
+def _merged_stride(shape, strides, dims):
+    """The stride of dims merged into one axis (row-major), 0 if all have size 1, else None."""
+    dims = [k for k in dims if shape[k] != 1]
+    if not dims:
+        return 0
+    for a, b in zip(dims, dims[1:]):
+        if strides[a] != strides[b] * shape[b]:
+            return None
+    return strides[dims[-1]]
+
+
+def _as3(b: DeviceBuffer, d: int):
+    """(outer, axis, inner) element strides viewing b as [outer, m, inner], or None."""
+    so = _merged_stride(b.shape, b.strides, range(d))
+    si = _merged_stride(b.shape, b.strides, range(d + 1, len(b.shape)))
+    if so is None or si is None:
+        return None
+    return so, b.strides[d], si
+
+
+def _source(sizes, inner, T):
+    row = sum(sizes) * inner
+    args = ", ".join(f"p{k}, p{k}o, p{k}a, p{k}b, p{k}c" for k in range(len(sizes)))
+    L = [f"\n@cuda.jit({runtime.jit_opts()})", f"def kernel(OUTER, o, oo, {args}):",
+         "    t = cuda.threadIdx.x", "    r = cuda.blockIdx.x", "    while r < OUTER:",
+         f"        base = oo + r * {row}", f"        for j in range(t, {row}, {T}):",
+         f"            c = j // {inner}", f"            e = j - c * {inner}"]
+    start = 0
+    for k, m in enumerate(sizes):
+        cond = "if" if k == 0 else "elif"
+        at = f"p{k}o + r * p{k}a + (c - {start}) * p{k}b + e * p{k}c"
+        if k == len(sizes) - 1:
+            L += ["            else:" if k else "            if True:"]
+        else:
+            L += [f"            {cond} c < {start + m}:"]
+        L += [f"                v = p{k}[{at}]"]
+        start += m
+    L += ["            o[base + j] = v", "        r += cuda.gridDim.x"]
+    return "\n".join(L) + "\n"
+
+
+def concatenate(bufs: list, dim: int, aval):
+    """The concatenation of `bufs` along `dim` in one launch, or None (use copies)."""
+    pieces = [b for b in bufs if b.shape[dim]]
+    views = [_as3(b, dim) for b in pieces]
+    if not pieces or any(v is None for v in views):
+        return None
+    out = pool().empty(aval.shape, aval.dtype)
+    outer = int(np.prod(aval.shape[:dim], dtype=np.int64))
+    inner = int(np.prod(aval.shape[dim + 1:], dtype=np.int64))
+    if out.size == 0:
+        return out
+    sizes = tuple(b.shape[dim] for b in pieces)
+    T = runtime.threads_1d()
+    key = ("concat", np.dtype(aval.dtype).name, sizes, inner, T)
+    k = runtime.kernel(key, lambda: _source(sizes, inner, T))
+    args = [outer, out.arr(), out.offset]
+    for b, (a, m, c) in zip(pieces, views):
+        args += [b.arr(), b.offset, a, m, c]
+    blocks = max(1, min(outer, 2 if runtime.SIM else 65535))
+    k[blocks, T, runtime.stream()](*args)
+    return out
