@@ -4,6 +4,16 @@ The W2 configuration (d 384, 6 layers, 6 heads, context 256, batch 16) is the de
 on the CPU a small one (d 128, 2 layers, context 64) is used. AdamW with a warmup-cosine
 schedule and global-norm clipping, periodic validation loss, checkpoint save/resume, and
 sampling with a jitted KV-cache decode step.
+
+Data parallel, one process per GPU (docs/distributed.md):
+
+    python -m funcgrad.distributed.launch -n 2 examples/train_gpt.py --data-parallel
+    torchrun --nproc_per_node=2 examples/train_gpt.py --data-parallel
+
+Every process draws the same global batch (--batch) from the same seed and trains on its slice;
+the gradients (and the loss, for the log) are averaged over the processes through NCCL, and
+every process applies the same update, so the parameters stay identical and the loss curve is
+that of one GPU at the same global batch. Process 0 logs, validates, checkpoints and samples.
 """
 from __future__ import annotations
 
@@ -69,18 +79,32 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
     ap.add_argument("--plot", default="gpt_loss.png", help="loss curve (needs matplotlib)")
+    ap.add_argument("--data-parallel", action="store_true",
+                    help="one process per GPU (start with funcgrad.distributed.launch or "
+                         "torchrun): --batch is the global batch, split over the processes")
+    ap.add_argument("--log-every", type=int, default=10, help="record the loss every N steps")
+    ap.add_argument("--history", default=None,
+                    help="write the recorded losses and their wall-clock times here (JSON)")
     args = ap.parse_args(argv)
+    if args.data_parallel:
+        _init_distributed()
     if args.device:
         funcgrad.config.update("default_device", args.device)
     on_gpu = funcgrad.default_backend() == "cuda"
     cfg = {"w2": gpt.W2, "small": gpt.SMALL}[args.config or ("w2" if on_gpu else "small")]
     steps = args.steps if args.steps is not None else (3000 if on_gpu else 200)
     batch = args.batch or (16 if on_gpu else 8)
+    rank, nproc = funcgrad.process_index(), funcgrad.process_count()
+    if batch % nproc:
+        ap.error(f"--batch {batch} is not divisible by the {nproc} processes")
+    lead = rank == 0
     args.eval_every = args.eval_every or max(1, min(250, steps // 4))
     train, val = load_data()
     rng = np.random.default_rng(args.seed)
     opt = make_optimizer(steps, args.lr, args.warmup)
     params = funcgrad.device_put(gpt.init_params(cfg, args.seed))
+    if args.data_parallel:   # the same start everywhere, whatever each process computed
+        params = funcgrad.distributed.broadcast(params, root=0)
     opt_state = opt.init(params)
     start = 0
     if args.resume and os.path.exists(args.checkpoint):
@@ -88,10 +112,13 @@ def main(argv=None):
                                                         "step": fnp.int32(0)})
         params, opt_state = funcgrad.device_put((saved["params"], saved["opt_state"]))
         start = int(saved["step"])
-        print(f"resumed from {args.checkpoint} at step {start}")
+        if lead:
+            print(f"resumed from {args.checkpoint} at step {start}")
     n_params = sum(int(np.prod(x.shape)) for x in funcgrad.tree_util.tree_leaves(params))
-    print(f"device {funcgrad.default_backend()}, config {cfg}, {n_params / 1e6:.2f}M parameters, "
-          f"batch {batch}, {steps} steps")
+    if lead:
+        dp = f" ({nproc} processes x {batch // nproc})" if args.data_parallel else ""
+        print(f"device {funcgrad.default_backend()}, config {cfg}, {n_params / 1e6:.2f}M "
+              f"parameters, batch {batch}{dp}, {steps} steps")
 
     def train_step(params, opt_state, x, y):
         loss, grads = funcgrad.value_and_grad(gpt.loss_fn)(params, x, y, cfg)
@@ -99,6 +126,8 @@ def main(argv=None):
         return optim.apply_updates(params, updates), opt_state, loss
 
     step_fn = funcgrad.jit(train_step, donate_argnums=(0, 1))
+    if args.data_parallel:
+        step_fn = _data_parallel_step(cfg, opt, rank, batch // nproc)
     eval_fn = funcgrad.jit(lambda p, x, y: gpt.loss_fn(p, x, y, cfg))
     train_it = batches(train, batch, cfg.ctx, rng)
     val_rng = np.random.default_rng(1234)
@@ -111,23 +140,26 @@ def main(argv=None):
         from tqdm import tqdm
     except ImportError:  # tqdm is optional
         tqdm = None
-    history, vhistory = [], []
+    history, vhistory, times = [], [], []
     t0 = time.perf_counter()
+    if not lead:
+        tqdm = None
     bar = tqdm(range(start, steps), desc="train", dynamic_ncols=True) if tqdm else range(start,
                                                                                          steps)
     for i in bar:
-        if args.max_minutes is not None and time.perf_counter() - t0 > 60 * args.max_minutes:
+        if args.max_minutes is not None and _over_time(args, t0, i - start):
             (bar.write if tqdm else print)(f"time limit reached after {i - start} steps")
             steps = i
             break
         x, y = next(train_it)
         params, opt_state, loss = step_fn(params, opt_state, x, y)
-        if i % 10 == 0 or i == steps - 1:
+        if i % args.log_every == 0 or i == steps - 1:
             lv = float(loss)
             history.append((i, lv))
+            times.append(time.perf_counter() - t0)
             if tqdm:
                 bar.set_postfix(loss=f"{lv:.3f}")
-        if (i + 1) % args.eval_every == 0 or i == steps - 1:
+        if lead and ((i + 1) % args.eval_every == 0 or i == steps - 1):
             vl = val_loss()
             vhistory.append((i, vl))
             msg = f"step {i + 1}: train loss {history[-1][1]:.4f}, val loss {vl:.4f}, " \
@@ -137,15 +169,66 @@ def main(argv=None):
             funcgrad.io.save(args.checkpoint, {"params": params, "opt_state": opt_state,
                                                "step": fnp.int32(i + 1)})
     elapsed = time.perf_counter() - t0
+    if not lead:
+        funcgrad.distributed.shutdown()
+        return
     if not vhistory or vhistory[-1][0] != steps - 1:
         vhistory.append((steps - 1, val_loss()))
     print(f"trained {steps - start} steps in {elapsed:.1f} s "
           f"({1e3 * elapsed / max(steps - start, 1):.1f} ms/step)")
     if vhistory:
         print(f"final validation loss: {vhistory[-1][1]:.4f} nats/byte")
+    if args.history:
+        import json
+        with open(args.history, "w") as f:
+            json.dump({"train": history, "val": vhistory, "seconds": times,
+                       "processes": nproc, "batch": batch}, f)
     _plot(args.plot, history, vhistory)
     text = gpt.sample(params, cfg, b"ROMEO:\n", args.sample_bytes, funcgrad.random.PRNGKey(7))
     print("sample:\n" + text.decode("utf-8", errors="replace"))
+    if args.data_parallel:
+        funcgrad.distributed.shutdown()
+
+
+def _over_time(args, t0, done):
+    """Past --max-minutes? Processes of a data-parallel job decide together (the slowest one's
+    clock, compared every --log-every steps) so that none stops while the others go on."""
+    over = time.perf_counter() - t0 > 60 * args.max_minutes
+    if not args.data_parallel:
+        return over
+    if done % args.log_every:
+        return False
+    flag = funcgrad.device_put(np.float32(over))
+    return float(funcgrad.distributed.all_reduce(flag, op="max")) > 0
+
+
+def _init_distributed():
+    """Join the job from torchrun-style variables (one process when none are set)."""
+    if "WORLD_SIZE" in os.environ:
+        funcgrad.distributed.initialize()
+    else:
+        funcgrad.distributed.initialize(num_processes=1, process_id=0)
+
+
+def _data_parallel_step(cfg, opt, rank, per_process):
+    """step(params, opt_state, x, y) for one process of a data-parallel job: loss and grads of
+    its slice of the global batch (jitted), their mean over the processes (bucketed NCCL
+    all-reduce), then the update (jitted), the same on every process."""
+    grad_fn = funcgrad.jit(funcgrad.value_and_grad(gpt.loss_fn), static_argnums=(3,))
+
+    def update(params, opt_state, grads):
+        updates, opt_state = opt.update(grads, opt_state, params)
+        return optim.apply_updates(params, updates), opt_state
+
+    update_fn = funcgrad.jit(update, donate_argnums=(0, 1))
+    rows = slice(rank * per_process, (rank + 1) * per_process)
+
+    def step(params, opt_state, x, y):
+        loss, grads = grad_fn(params, x[rows], y[rows], cfg)
+        loss, grads = funcgrad.distributed.all_reduce((loss, grads), op="mean")
+        params, opt_state = update_fn(params, opt_state, grads)
+        return params, opt_state, loss
+    return step
 
 
 def _plot(path, history, vhistory):

@@ -19,6 +19,7 @@ from .jacobians import hessian, jacfwd, jacrev  # noqa: F401
 from .jit import clear_caches, disable_jit, jit  # noqa: F401
 from .pmap import pmap  # noqa: F401,E402  (issue 14)
 from . import tree  # noqa: F401,E402  (issue 12: jax.tree and more top-level names)
+from . import distributed  # noqa: F401,E402  (issue 14: processes, NCCL collectives)
 from .api_extra import (  # noqa: F401,E402
     ShapeDtypeStruct,
     block_until_ready,

@@ -97,18 +97,35 @@ local_device_count = device_count
 
 def local_devices(process_index: int | None = None, backend: str | None = None) -> list:
     """The devices of the default (or given) backend in this process (funcgrad runs one)."""
-    if process_index not in (None, 0):
-        raise ValueError(f"local_devices: process_index {process_index} does not exist; "
-                         "funcgrad runs a single process")
+    from .distributed.process import process_index as this_process
+    if process_index not in (None, this_process()):
+        raise ValueError(f"local_devices: process_index {process_index} is not this process "
+                         f"({this_process()}); funcgrad sees only its own process's devices")
     return devices(backend or default_backend())
 
 
 def process_count() -> int:
-    return 1
+    """The number of processes in the job (1 unless funcgrad.distributed.initialize ran).
+
+    Example:
+        >>> import funcgrad
+        >>> funcgrad.process_count()
+        1
+    """
+    from .distributed.process import process_count
+    return process_count()
 
 
 def process_index() -> int:
-    return 0
+    """This process's index in the job, 0 to process_count() - 1 (JAX's process_index).
+
+    Example:
+        >>> import funcgrad
+        >>> funcgrad.process_index()
+        0
+    """
+    from .distributed.process import process_index
+    return process_index()
 
 
 def linear_transpose(fun: Callable, *primals) -> Callable:

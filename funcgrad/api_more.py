@@ -43,23 +43,25 @@ def default_matmul_precision(precision):
 
 
 def host_count() -> int:
-    """Processes in the computation (JAX's older name of process_count): 1."""
-    return 1
+    """Processes in the computation (JAX's older name of process_count)."""
+    from .distributed.process import process_count
+    return process_count()
 
 
 def host_id() -> int:
-    """This process's index (JAX's older name of process_index): 0."""
-    return 0
+    """This process's index (JAX's older name of process_index)."""
+    from .distributed.process import process_index
+    return process_index()
 
 
 def host_ids() -> list:
-    """Every process's index: [0] (one process)."""
-    return [0]
+    """Every process's index."""
+    return list(range(host_count()))
 
 
 def process_indices() -> list:
-    """Every process's index: [0] (one process)."""
-    return [0]
+    """Every process's index: [0, ..., process_count() - 1]."""
+    return list(range(host_count()))
 
 
 def named_call(fun: Callable, *, name: str | None = None) -> Callable:
