@@ -12,8 +12,8 @@ from .core import Var
 
 # equations per cluster: one kernel's compile time grows faster than its size (an optimizer
 # update of every 384-wide parameter of a GPT was one 617-equation kernel that took ~20 s to
-# compile); a full cluster is closed and the next equations start another
-MAX_EQNS = 120
+# compile, 7.8 s at 120); a full cluster is closed and the next equations start another
+MAX_EQNS = 64
 
 
 def fusible(e) -> bool:

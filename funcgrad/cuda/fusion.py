@@ -27,6 +27,11 @@ def _lit(val, dtype) -> str:
     return kernel_files.literal(val, dtype, compute_t(np.dtype(dtype)))
 
 
+# clusters up to this many equations take two elements per thread and iteration; larger ones
+# have loads enough in flight already, and doubling their source doubles their compile time
+UNROLL_MAX_EQNS = 32
+
+
 class FusedKernel:
     """Generated source for one cluster and one layout of its operands.
 
@@ -115,6 +120,10 @@ class FusedKernel:
             lines.append("        r = i")
             for d in reversed(range(rank)):
                 lines += [f"        c{d} = r % s{d}", f"        r = r // s{d}"]
+            b, names = body("i", "t")
+            lines += [f"        {x}" for x in b + stores("i", names)]
+            lines.append("        i += step")
+        elif len(c.eqns) > UNROLL_MAX_EQNS:
             b, names = body("i", "t")
             lines += [f"        {x}" for x in b + stores("i", names)]
             lines.append("        i += step")

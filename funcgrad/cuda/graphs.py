@@ -3,9 +3,10 @@
 A `GraphSet` keeps a few instantiated graphs of one Plan, keyed by the output set they write and
 by the address of every argument read in place. An argument is read in place ("direct") when it
 is a result of this plan held in the other output set, or when it sits at the same address as
-in the previous call (an unchanged batch, a constant) or on the plan's first graph call; any
-other argument is copied into a staging buffer of the plan first (one device copy). A training loop that feeds a step's
-results back therefore alternates between two graphs and copies nothing.
+in every call so far (an unchanged batch, a constant); an argument whose address has changed
+once is copied into a staging buffer of the plan from then on (one device copy). A training
+loop that feeds a step's results back therefore alternates between two graphs and copies
+nothing but its new batches.
 
 Device checks (index bounds) inside a graph add their flags into a small mapped (host-visible)
 array right after they run; the host reads it at the start of the next call of the plan and
@@ -56,6 +57,7 @@ class GraphSet:
         self.avals = [o.aval for o in plan.expr.outs]
         self.entries: OrderedDict = OrderedDict()
         self.last: list = []
+        self.varies: list = []
         self.staging: dict = {}
         # captured on a stream of its own (capture may not use the legacy stream), replayed on
         # the legacy stream: ordered after eager work queued before and before eager work after
@@ -76,18 +78,21 @@ class GraphSet:
         """Replay for argument buffers `bufs` (contiguous); returns the result Arrays."""
         plan = self.plan
         s = plan.choose_set(bufs)
-        last = self.last
+        last, varies = self.last, self.varies
         if len(last) != len(bufs):
             last = self.last = [None] * len(bufs)
+            varies = self.varies = [False] * len(bufs)
         key = []
         for i, b in enumerate(bufs):
             blk = b.block
             if type(blk) is memplan.PlanBlock and blk.owner is plan:
                 addr = (id(blk.raw), b.offset)
                 key.append(addr if blk.set_id != s else None)
-            else:   # read in place when first seen or unchanged; copied in once it varies
-                addr = (blk.ptr(), b.offset)
-                key.append(addr if last[i] is None or addr == last[i] else None)
+            else:   # read in place until its address changes once; then always copied in
+                addr = (blk.ptr(), b.offset)   # (a new batch that the pool sometimes puts
+                if last[i] is not None and addr != last[i]:   # at the last address would
+                    varies[i] = True           # otherwise capture a graph per address)
+                key.append(None if varies[i] else addr)
             last[i] = addr
         key = (s, tuple(key))
         entry = self.entries.get(key)
