@@ -112,6 +112,17 @@ def _cached_on_disk(disp) -> bool:
         return False
 
 
+def _cost(group) -> float:
+    """A kernel group's expected compile time: its source's size (numba's front end scales with
+    the statements) times its signatures; kernels of funcgrad's own modules count as average."""
+    path, sigs = group[1], group[3]
+    try:
+        size = os.path.getsize(path) if path else 4000
+    except OSError:
+        size = 4000
+    return size * len(sigs)
+
+
 def _compile_group(item):
     """Worker: compile one kernel's signatures (written to numba's disk cache)."""
     modname, path, attr, sigs = item
@@ -165,10 +176,10 @@ def prewarm(plan, bufs, rec=None) -> dict:
     n = min(n, len(groups))
     buckets = [[] for _ in range(n)]
     load = [0] * n
-    for g in sorted(groups, key=lambda g: -len(g[3])):   # greedy: fewest kernels first
+    for g in sorted(groups, key=lambda g: -_cost(g)):   # longest first, to the least loaded
         j = load.index(min(load))
         buckets[j].append(g)
-        load[j] += len(g[3])
+        load[j] += _cost(g)
     sys.stderr.write(f"\rfuncgrad: compiling {count} CUDA kernels in {n} processes")
     sys.stderr.flush()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))

@@ -55,9 +55,9 @@ class FusedKernel:
             e.prim is P.iota_p for e in c.eqns)
         helpers = set()
 
-        def body(ix, tp):
-            """Lines computing every member for element `ix` into names `tp`0, `tp`1, ...;
-            returns (lines, names)."""
+        def body(ix, tp, cp="c"):
+            """Lines computing every member for element `ix` (coordinates `cp`0, `cp`1, ...)
+            into names `tp`0, `tp`1, ...; returns (lines, names)."""
             names, lines = {}, []
 
             def read(v, dims_map):
@@ -68,7 +68,7 @@ class FusedKernel:
                 elif mode == "scalar":
                     at = f"{p}_o"
                 else:
-                    at = " + ".join([p + "_o"] + [f"c{d} * {p}_s{j}"
+                    at = " + ".join([p + "_o"] + [f"{cp}{d} * {p}_s{j}"
                                                   for j, d in enumerate(dims_map)
                                                   if v.aval.shape[j] != 1])
                 return f"{compute_t(v.aval.dtype)}({p}[{at}])"
@@ -77,7 +77,7 @@ class FusedKernel:
                 dt = e.out.aval.dtype
                 out = f"{tp}{k}"
                 if e.prim is P.iota_p:
-                    lines.append(f"{out} = {compute_t(dt)}(c{e.params['dimension']})")
+                    lines.append(f"{out} = {compute_t(dt)}({cp}{e.params['dimension']})")
                 elif is_view_bcast(e, c.members):
                     x = e.inputs[0]
                     if not isinstance(x, Var):
@@ -116,26 +116,28 @@ class FusedKernel:
             sig += [f"out{j}", f"out{j}_o"]
         lines = [f"@cuda.jit({{opts}})\ndef kernel({', '.join(sig)}):",
                  "    i = cuda.grid(1)", "    step = cuda.gridsize(1)", "    while i < n:"]
-        if need_coords:
-            lines.append("        r = i")
+        def coords(ix, cp):
+            if not need_coords:
+                return []
+            out = [f"r = {ix}"]
             for d in reversed(range(rank)):
-                lines += [f"        c{d} = r % s{d}", f"        r = r // s{d}"]
+                out += [f"{cp}{d} = r % s{d}", f"r = r // s{d}"]
+            return out
+
+        if len(c.eqns) > UNROLL_MAX_EQNS:
             b, names = body("i", "t")
-            lines += [f"        {x}" for x in b + stores("i", names)]
-            lines.append("        i += step")
-        elif len(c.eqns) > UNROLL_MAX_EQNS:
-            b, names = body("i", "t")
-            lines += [f"        {x}" for x in b + stores("i", names)]
+            lines += [f"        {x}" for x in coords("i", "c") + b + stores("i", names)]
             lines.append("        i += step")
         else:
             # two elements per iteration (the second re-reads the first's at the end): twice
             # the loads in flight per thread, which memory-bound kernels need to reach the
             # copy bandwidth
             self.per_thread = 2
-            b1, n1 = body("i", "t")
-            b2, n2 = body("i2", "u")
+            b1, n1 = body("i", "t", "c")
+            b2, n2 = body("i2", "u", "e")
             lines += ["        j = i + step", "        i2 = j if j < n else i"]
-            lines += [f"        {x}" for x in b1 + b2 + stores("i", n1)]
+            lines += [f"        {x}" for x in coords("i", "c") + coords("i2", "e") + b1 + b2
+                      + stores("i", n1)]
             lines += ["        if j < n:"] + [f"            {x}" for x in stores("i2", n2)]
             lines.append("        i = j + step")
         return helper_source(helpers, "{opts}") + "\n\n" + "\n".join(lines) + "\n"
