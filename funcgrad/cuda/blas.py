@@ -240,7 +240,7 @@ def gemm(x, xs, y, ys, out, Bn, M, N, K, precision=None) -> bool:
     """out (Bn, M, N contiguous) = x @ y by cuBLAS; False when cuBLAS cannot take it (the
     caller runs the numba kernel). x/y are DeviceBuffers whose (batch, row, contract) /
     (batch, contract, col) element strides are xs / ys from their offsets."""
-    if not available(x.dtype):
+    if not available(x.dtype) or out.dtype != x.dtype:   # C is written in the operands' type
         return False
     from .arrays import pool
     from .elementwise import contiguous
