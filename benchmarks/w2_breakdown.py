@@ -4,7 +4,7 @@ torch.profiler (CUPTI) records every kernel node of the replayed graph; kernels 
 name (funcgrad's generated kernels are named after what they compute), with time, share of the
 step and launches per step. Writes the table to stdout and, with --out DIR, the plan's kernel list.
 
-Usage: python benchmarks/w2_breakdown.py [--tf32] [--steps 5] [--out DIR]
+Usage: python benchmarks/w2_breakdown.py [--tf32] [--steps 5] [--out DIR] [--workload W1]
 """
 from __future__ import annotations
 
@@ -48,8 +48,23 @@ def build(tf32: bool):
     return step, state, idx, tgt, run
 
 
+def build_mlp(which: str):
+    """W1 or W5 (benchmarks/workloads.py's MlpAdam) in build()'s shape."""
+    from workloads import MlpAdam
+    sizes, batch = ([784, 1024, 1024, 10], 512) if which == "W1" else ([64, 64, 2], 32)
+    m = MlpAdam(sizes, batch)
+    state = [m.params, m.state]
+
+    def run():
+        state[0], state[1], val = m.step(state[0], state[1], m.x, m.y)
+        return val
+
+    return m.step, state, m.x, m.y, run
+
+
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--workload", default="W2")
     ap.add_argument("--tf32", action="store_true")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--out", default=None)
@@ -57,7 +72,10 @@ def main():
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    step, state, idx, tgt, run = build(a.tf32)
+    if a.tf32:
+        funcgrad.config.update("default_matmul_precision", "tensorfloat32")
+    step, state, idx, tgt, run = (build(a.tf32) if a.workload == "W2"
+                                  else build_mlp(a.workload))
     t0 = time.perf_counter()
     run().block_until_ready()
     print(f"first call {time.perf_counter() - t0:.2f} s", flush=True)
@@ -106,7 +124,7 @@ def main():
         r[0] += ev.device_time_total if hasattr(ev, "device_time_total") else ev.cuda_time_total
         r[1] += 1
     total = sum(r[0] for r in rows.values()) / n
-    print(f"W2 step{' (TF32)' if a.tf32 else ''}: wall {wall:.2f} ms, GPU kernel time "
+    print(f"{a.workload} step{' (TF32)' if a.tf32 else ''}: wall {wall:.2f} ms, GPU kernel time "
           f"{total / 1e3:.2f} ms per step, {sum(r[1] for r in rows.values()) / n:.0f} "
           f"kernels per step; first kernel to last: {(t_hi - t_lo) / n / 1e3:.2f} ms per step",
           flush=True)
