@@ -70,6 +70,7 @@ class GraphSet:
         self.sticky = runtime.load().mapped_array((16 * MAX_GRAPHS, 2), np.int64)
         self.sticky[:, 0], self.sticky[:, 1] = 0, BIG
         self.counts = self.sticky[:, 0]
+        self.has_checks = False     # any graph with device checks (else counts stays zero)
         self.free_slots = list(range(MAX_GRAPHS))
 
     # the call -------------------------------------------------------------------------------
@@ -115,23 +116,24 @@ class GraphSet:
 
     def _results(self, entry, bufs, s):
         """The call's result Arrays, from templates made at capture (no per-call checks)."""
-        raws = self.plan.out_sets[s][1]
+        plan = self.plan
+        raws = plan.out_sets[s][1]
         blocks, outs = {}, []
         make, PlanBlock = DeviceBuffer.make, memplan.PlanBlock
-        for (kind, a, shape, strides, offset, dtype, contig), aval in zip(entry.templates,
-                                                                          self.avals):
-            if kind == "slot":
+        append = outs.append
+        for kind, a, shape, strides, offset, dtype, contig, aval in entry.templates:
+            if kind == 0:     # a result slot of set s
                 blk = blocks.get(a)
                 if blk is None:
-                    blk = blocks[a] = PlanBlock(raws[a], self.plan, s)
-                b = make(blk, shape, strides, offset, dtype, contig)
-            elif kind == "input":
+                    blk = blocks[a] = PlanBlock(raws[a], plan, s)
+                append(Array(make(blk, shape, strides, offset, dtype, contig), aval, "cuda"))
+            elif kind == 1:   # written in place into argument a
                 i = bufs[a]
-                b = make(i.block, shape, strides, i.offset + offset, dtype, contig)
-            else:
-                b = a
-            outs.append(Array(b, aval, "cuda"))
-        self.plan.live[s] = [weakref.ref(b) for b in blocks.values()]
+                append(Array(make(i.block, shape, strides, i.offset + offset, dtype, contig),
+                             aval, "cuda"))
+            else:             # a constant or literal of the plan
+                append(Array(a, aval, "cuda"))
+        plan.live[s] = [weakref.ref(b) for b in blocks.values()]
         return outs
 
     # capture --------------------------------------------------------------------------------
@@ -196,24 +198,28 @@ class GraphSet:
         e.templates = self._templates(outs, ins, pool, s)
         self.entries[key] = e
         if checks:
+            self.has_checks = True
             _plans_with_checks.add(self)
         return e
 
     def _templates(self, outs, ins, pool, s):
+        """Per result: (0 slot | 1 argument | 2 fixed, which, shape, strides, offset, dtype,
+        contiguous, aval)."""
         slot_of = {id(b): j for j, b in pool.out_blocks.items()}
         in_of = {id(b.block): i for i, b in enumerate(ins)}
         tpl = []
-        for o in outs:
+        for o, aval in zip(outs, self.avals):
             blk = o.block
             c = o.is_contiguous()
             if id(blk) in slot_of and blk.set_id == s:
-                tpl.append(("slot", slot_of[id(blk)], o.shape, o.strides, o.offset, o.dtype, c))
+                tpl.append((0, slot_of[id(blk)], o.shape, o.strides, o.offset, o.dtype, c,
+                            aval))
             elif id(blk) in in_of:
                 i = in_of[id(blk)]
-                tpl.append(("input", i, o.shape, o.strides, o.offset - ins[i].offset, o.dtype,
-                            c))
+                tpl.append((1, i, o.shape, o.strides, o.offset - ins[i].offset, o.dtype, c,
+                            aval))
             else:      # constants and literals of the plan: immutable
-                tpl.append(("fixed", o, None, None, None, None, None))
+                tpl.append((2, o, None, None, None, None, None, aval))
         return tpl
 
     # device checks --------------------------------------------------------------------------

@@ -89,7 +89,7 @@ class Plan:
             if self.layout.alias:
                 self._own_donated(bufs)
             if all(b.is_contiguous() for b in bufs):
-                if g.counts.any():
+                if g.has_checks and g.counts.any():
                     g.check()
                 try:
                     return g(bufs)
@@ -254,7 +254,7 @@ class Plan:
             from .graphs import GraphSet
             self.graphs = GraphSet(self)
         if self.graphs is not None:
-            if self.graphs.counts.any():
+            if self.graphs.has_checks and self.graphs.counts.any():
                 self.graphs.check()
             try:
                 return self.graphs(bufs)
