@@ -599,6 +599,27 @@ for _name, _diff in [("attention", (0, 1, 2)), ("attention_stats", (0, 1, 2, 3))
                             tol={F32: (1e-4, 1e-5)})
 
 
+def _make_attention_lse(kind):
+    def make(rng, shape, dtype, for_grad):
+        from funcgrad import attention_lse as AL
+        from funcgrad import attention_prim as A
+        (q, k, v), params = _make_attention("attention")(rng, shape, dtype, for_grad)
+        if kind == "attention_fwdl":
+            return [q, k, v], params
+        o = A._attn_impl(q, k, v, **params)
+        lse = AL._lse_impl(q, k, params["scale"], params["causal"]).astype(dtype)
+        return [o, rand(rng, o.shape, dtype), lse], {}
+    return make
+
+
+for _name, _diff in [("attention_fwdl", (0, 1, 2)), ("attention_delta", (0, 1, 2))]:
+    SPECS[_name] = PrimSpec(_name, _make_attention_lse(_name), dtypes=(F32, F64),
+                            diff_argnums=_diff, min_ndim=3,
+                            supports_shape=lambda s: len(s) == 3,
+                            domain="attention's operands (see above); delta: o, do, lse",
+                            tol={F32: (1e-4, 1e-5)})
+
+
 # ---------------------------------------------------------------------------------------------
 # issue 12: convolutions and windows (funcgrad/conv.py, funcgrad/windows.py)
 # ---------------------------------------------------------------------------------------------

@@ -182,3 +182,28 @@ def test_pattern_variants_and_non_matches():
         p = nn.softmax(q @ fnp.swapaxes(k, -1, -2), -1)
         return fnp.sum(p @ v) + fnp.sum(p)
     assert "attention" not in _names(shared, *args)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_jitted_training_step_reuses_the_forward_logsumexp(dtype):
+    # value_and_grad under jit: the forward writes its logsumexp (attention_fwdl) and the
+    # backward's statistics read it (attention_delta) instead of a second q.k pass
+    q, k, v = _qkv(np.random.default_rng(10), 2, 9, 9, 4, 2, 8, 8, dtype)
+    w = np.random.default_rng(11).standard_normal((2, 9, 4, 8)).astype(dtype)
+
+    def loss(q, k, v):
+        return fnp.sum(nn.dot_product_attention(q, k, v, is_causal=True) * w)
+    f = funcgrad.value_and_grad(loss, argnums=(0, 1, 2))
+    names = _names(f, q, k, v)
+    assert "attention_fwdl" in names and "attention_delta" in names
+    assert "attention_stats" not in names and "attention" not in names
+    val, grads = funcgrad.jit(f)(q, k, v)
+    want_val, want = f(q, k, v)     # eager: attention + attention_stats
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(float(val), float(want_val), rtol=tol)
+    for g, h in zip(grads, want):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(h), rtol=tol * 10, atol=tol)
+    # float16 keeps the separate statistics pass (its statistics are float32)
+    q16, k16, v16 = (x.astype(np.float16) for x in (q, k, v))
+    assert "attention_stats" in _names(funcgrad.value_and_grad(loss, argnums=(0, 1, 2)),
+                                       q16, k16, v16)

@@ -14,7 +14,7 @@ import numpy as np
 
 from . import attention_src as AS
 from . import runtime
-from .arrays import DeviceBuffer, from_host, pool
+from .arrays import DeviceBuffer, from_host, pool, to_host
 from .elementwise import compute_t, contiguous, fill
 
 
@@ -101,7 +101,42 @@ def dkv(q, k, v, do, st, scale, causal, aval):
                    causal, st.dtype)
 
 
+def fwdl(q, k, v, scale, causal, aval):
+    """attention_fwdl: o (C order) then the rows' logsumexp, in one flat buffer."""
+    out = pool().empty(aval.shape, aval.dtype)
+    b, t, n, _ = q.shape
+    hv = v.shape[3]
+    n_o = b * t * n * hv
+    o = out.view((b, t, n, hv), (t * n * hv, n * hv, hv, 1), out.offset)
+    lse = out.view((b * n * t,), (1,), out.offset + n_o)
+    if out.size == 0:
+        return out
+    if k.shape[1] == 0:   # no keys: zero rows, logsumexp -inf
+        if o.size:
+            fill(o, 0)
+        fill(lse, -np.inf)
+        return out
+    if n_o == 0:
+        return out
+    _launch("fwdl", [q, k, v], [lse], o, q, k, hv, scale, causal, aval.dtype)
+    return out
+
+
+def delta(o, do, lse, aval):
+    """attention_delta: (lse, sum(o * do) over Hv) per row, from the forward's logsumexp."""
+    out = pool().empty(aval.shape, aval.dtype)
+    if out.size == 0:
+        return out
+    if o.shape[3] == 0:   # no value dims: delta is 0
+        host = np.zeros(aval.shape, aval.dtype)
+        host[..., 0] = to_host(contiguous(lse))
+        return from_host(host)
+    return _launch("delta", [o, do], [contiguous(lse)], out, o, o, o.shape[3], 1.0, False,
+                   aval.dtype)
+
+
 def _lowerings():
+    from .. import attention_lse as AL
     from .. import attention_prim as A
 
     def prm(params):
@@ -111,6 +146,8 @@ def _lowerings():
         A.attention_stats_p: lambda bufs, params, aval: stats(*bufs, *prm(params), aval),
         A.attention_dq_p: lambda bufs, params, aval: dq(*bufs, *prm(params), aval),
         A.attention_dkv_p: lambda bufs, params, aval: dkv(*bufs, *prm(params), aval),
+        AL.attention_fwdl_p: lambda bufs, params, aval: fwdl(*bufs, *prm(params), aval),
+        AL.attention_delta_p: lambda bufs, params, aval: delta(*bufs, aval),
     }
 
 

@@ -24,13 +24,16 @@ GPU_CONFIGS = {
     "dq": [(32, 32, 8, 8), (16, 16, 8, 8), (8, 8, 4, 4)],
     "dkv": [(32, 32, 8, 8), (16, 16, 8, 8), (8, 8, 4, 4)],
 }
+GPU_CONFIGS["fwdl"] = GPU_CONFIGS["fwd"]       # the forward that also writes the logsumexp
+GPU_CONFIGS["delta"] = GPU_CONFIGS["stats"]    # the statistics from a saved logsumexp
 SIM_CONFIG = (4, 4, 2, 2)   # the simulator: 4 threads, 2 x 2 registers, every path on tiny shapes
 
 
 def smem_words(mode, D, BR, BC):
     """Shared-memory words of one block (tiles, score scratch, per-query stats)."""
     rows, cols, sc = D * (BR + 1), D * (BC + 1), BC * (BR + 1)
-    return {"fwd": rows + max(cols, sc) + cols, "stats": rows + max(cols, rows),
+    return {"fwd": rows + max(cols, sc) + cols, "fwdl": rows + max(cols, sc) + cols,
+            "stats": rows + max(cols, rows), "delta": 2 * rows,
             "dq": 2 * rows + cols + max(cols, sc),
             "dkv": 2 * rows + 2 * cols + 2 * sc + 2 * BC}[mode]
 
@@ -172,12 +175,14 @@ def _store_scores(g, ind, base, var, expr=None):
            f"{expr or var + '[i, j]'}")
 
 
-def _fwd_like(g, stats):
+def _fwd_like(g, stats, lse_out=False, lse_in=False):
+    """The forward (stats=False; lse_out: also L[b, n, t] = the rows' logsumexp) or the
+    backward statistics (stats=True; lse_in: the logsumexp read from L, no q.k pass)."""
     D, BR, BC, MI, NJ, OC, TY, TX, ct = (g.D, g.BR, g.BC, g.MI, g.NJ, g.OC, g.TY, g.TX, g.ct)
     QB, KB = 0, D * (BR + 1)
     VB = KB + max(D * (BC + 1), BC * (BR + 1))
-    ops = ["q", "k", "o", "g"] if stats else ["q", "k", "v"]
-    g.header(ops, "", "ST" if stats else "O")
+    ops = (["o", "g"] if lse_in else ["q", "k", "o", "g"]) if stats else ["q", "k", "v"]
+    g.header(ops, ", La, lo" if lse_out or lse_in else "", "ST" if stats else "O")
     g.local("s", MI, NJ)
     g.local("m", MI)
     g.local("l", MI)
@@ -192,6 +197,12 @@ def _fwd_like(g, stats):
         g.group(2, "x", "sum")
         g.emit(2, "dsum[i] = x")
         g.emit(1, "cuda.syncthreads()")
+    if lse_in:
+        g.emit(1, f"for i in range({MI}):", f"    t = row0 + ty + i * {TY}",
+               "    if t < T and tx == 0:", "        sti = outo + ((b * N + n) * T + t) * 2",
+               f"        ST[sti] = {g.st_out}(La[uint64(lo + (b * N + n) * T + t)])",
+               f"        ST[sti + 1] = {g.st_out}(dsum[i])")
+        return
     g.load_tile(1, "row0", "T", BR, [("q", "n", "H", QB)])
     g.emit(1, f"for i in range({MI}):", "    m[i] = NEG", f"    l[i] = {ct}(0)")
     if not stats:
@@ -228,6 +239,10 @@ def _fwd_like(g, stats):
                f"    ST[sti] = {g.st_out}(m[i] + math.log(li)) if li > 0 else {g.st_out}(NEG)",
                f"    ST[sti + 1] = {g.st_out}(dsum[i])")
         return
+    if lse_out:
+        g.emit(2, "if t < T and tx == 0:",
+               f"    La[uint64(lo + (b * N + n) * T + t)] = {g.out}(m[i] + math.log(li)) "
+               f"if li > 0 else {g.out}(NEG)")
     g.emit(2, f"inv = {ct}(1) / li if li > 0 else {ct}(0)", "if t < T:",
            "    ob = outo + ((b * T + t) * N + n) * HV", f"    for k in range({OC}):",
            f"        e = tx + k * {TX}", "        if e < HV:",
@@ -322,8 +337,10 @@ def _dkv(g):
 
 
 def source(mode, dtype, st_dtype, D, cfg, sim, opts):
-    """Kernel source for `mode` ('fwd', 'stats', 'dq', 'dkv')."""
+    """Kernel source for `mode` ('fwd', 'fwdl', 'stats', 'delta', 'dq', 'dkv')."""
     g = _Gen(mode, dtype, st_dtype, D, cfg, sim)
-    {"fwd": lambda: _fwd_like(g, False), "stats": lambda: _fwd_like(g, True), "dq": lambda: _dq(g),
-     "dkv": lambda: _dkv(g)}[mode]()
+    {"fwd": lambda: _fwd_like(g, False), "stats": lambda: _fwd_like(g, True),
+     "fwdl": lambda: _fwd_like(g, False, lse_out=True),
+     "delta": lambda: _fwd_like(g, True, lse_in=True),
+     "dq": lambda: _dq(g), "dkv": lambda: _dkv(g)}[mode]()
     return "\n".join(g.L).replace("OPTS", opts) + "\n"
