@@ -59,6 +59,22 @@ def test_orthogonal_initializer(shape, axis):
         initializers.orthogonal()(random.PRNGKey(0), (4,))
 
 
+@pytest.mark.parametrize("shape", [(3, 2, 5), (3, 4, 1, 1), (1, 2, 3, 3, 4), (4, 3, 0, 2)])
+def test_delta_orthogonal_initializer(shape):
+    w = np.asarray(initializers.delta_orthogonal(2.0)(random.PRNGKey(4), shape))
+    assert w.shape == shape and w.dtype == np.float32
+    centre = tuple((k - 1) // 2 for k in shape[:-2])
+    m = w[centre] / 2.0
+    np.testing.assert_allclose(m @ m.T, np.eye(shape[-2]), atol=1e-5)
+    rest = w.copy()
+    rest[centre] = 0
+    assert not rest.any()   # zeros away from the spatial centre
+    with pytest.raises(ValueError, match="3-D, 4-D or 5-D"):
+        initializers.delta_orthogonal()(random.PRNGKey(0), (3, 3))
+    with pytest.raises(ValueError, match="fan_in <= fan_out"):
+        initializers.delta_orthogonal()(random.PRNGKey(0), (3, 4, 2))
+
+
 def test_placement_context_managers_and_host_queries():
     with funcgrad.default_device("cpu"):
         assert fnp.ones(2).device == "cpu"

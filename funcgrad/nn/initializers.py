@@ -274,3 +274,30 @@ def orthogonal(scale: float = 1.0, column_axis: int = -1, dtype=_F32) -> Initial
         q = fnp.reshape(q, rest + (n_cols,))
         return fnp.moveaxis(q, -1, ax) * np.asarray(scale, dtype)
     return init
+
+
+def delta_orthogonal(scale: float = 1.0, column_axis: int = -1, dtype=_F32) -> Initializer:
+    """The delta-orthogonal initializer of convolution kernels
+    (jax.nn.initializers.delta_orthogonal): zeros except at the spatial centre, which holds an
+    orthogonal (in x out) matrix from `orthogonal(scale, column_axis)`; 3-D, 4-D or 5-D shapes
+    (spatial dims first, then in, out) with in <= out.
+
+    Example:
+        >>> import numpy as np, funcgrad.random as random
+        >>> from funcgrad.nn import initializers
+        >>> w = np.asarray(initializers.delta_orthogonal()(random.PRNGKey(0), (3, 3, 2, 4)))
+        >>> bool(np.allclose(w[1, 1] @ w[1, 1].T, np.eye(2), atol=1e-5)), float(abs(w[0]).sum())
+        (True, 0.0)
+    """
+    def init(key, shape, dtype=dtype):
+        shape = _shape(shape)
+        if len(shape) not in (3, 4, 5):
+            raise ValueError(f"delta_orthogonal initializer requires a 3-D, 4-D or 5-D shape, "
+                             f"got {shape}")
+        if shape[-1] < shape[-2]:
+            raise ValueError(f"delta_orthogonal initializer needs fan_in <= fan_out (the last "
+                             f"two dims), got {shape}")
+        w = orthogonal(scale=scale, column_axis=column_axis, dtype=dtype)(key, shape[-2:])
+        centre = tuple((k - 1) // 2 for k in shape[:-2])
+        return fnp.zeros(shape, dtype).at[centre].set(w)
+    return init
