@@ -15,6 +15,8 @@ from .batching import vmap  # noqa: F401
 from .config import config  # noqa: F401
 from .core import Array, ClosedExpr, ConcretizationError, Expr, ShapeError  # noqa: F401
 from .custom import checkpoint, custom_gradient, custom_jvp, custom_vjp, remat  # noqa: F401
+from . import ad_checkpoint  # noqa: F401,E402  (checkpoint_name, policies)
+from .ad_checkpoint import checkpoint_policies  # noqa: F401,E402
 from .jacobians import hessian, jacfwd, jacrev  # noqa: F401
 from .jit import clear_caches, disable_jit, jit  # noqa: F401
 from .pmap import pmap  # noqa: F401,E402  (issue 14)

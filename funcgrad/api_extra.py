@@ -1,5 +1,5 @@
 """More of JAX's top-level API (issue 12): eval_shape and ShapeDtypeStruct, block_until_ready,
-device counts, linear_transpose, named_scope, pure_callback (eager), typeof, jacobian.
+device counts, linear_transpose, named_scope, pure_callback (from callback.py), typeof, jacobian.
 """
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from collections.abc import Callable
 import numpy as np
 
 from .api import default_backend, devices
-from .core import ArrayBase, ShapedArray, Tracer, aval_of, trace_to_expr
+from .callback import pure_callback  # noqa: F401  (re-exported)
+from .core import ArrayBase, ShapedArray, aval_of, trace_to_expr
 from .tree_util import tree_flatten, tree_map, tree_unflatten
 
 
@@ -159,34 +160,6 @@ def named_scope(name: str):
 def ensure_compile_time_eval():
     """Compatibility context: funcgrad already evaluates concrete values eagerly."""
     yield
-
-
-def pure_callback(callback: Callable, result_shape_dtypes, *args, vmap_method=None, **kwargs):
-    """Call a host (numpy) function on concrete arrays and check its result's shapes.
-
-    Only eager calls are supported: under jit/grad/vmap tracing this raises (funcgrad has no
-    host-callback primitive yet).
-    """
-    leaves = tree_flatten((args, kwargs))[0]
-    if any(isinstance(x, Tracer) for x in leaves):
-        raise NotImplementedError("pure_callback under jit/grad/vmap is not supported by "
-                                  "funcgrad; call it outside the transformation")
-    np_args = tree_map(lambda x: np.asarray(x) if isinstance(x, ArrayBase) else x,
-                       (args, kwargs))
-    out = callback(*np_args[0], **np_args[1])
-    from .numpy import asarray
-    want, _ = tree_flatten(result_shape_dtypes)
-    got, out_tree = tree_flatten(out)
-    if len(want) != len(got):
-        raise TypeError(f"pure_callback: the callback returned {len(got)} arrays, expected "
-                        f"{len(want)}")
-    res = []
-    for g, w in zip(got, want):
-        g = np.asarray(g)
-        if tuple(g.shape) != tuple(w.shape):
-            raise TypeError(f"pure_callback: result shape {g.shape} != expected {w.shape}")
-        res.append(asarray(g.astype(w.dtype)))
-    return tree_unflatten(out_tree, res)
 
 
 def typeof(x):

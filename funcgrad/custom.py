@@ -325,17 +325,31 @@ class custom_jvp:
         return _bind_group(custom_jvp_call_p, rec, leaves, store["out_tree"])
 
 
-def checkpoint(fun: Callable, prevent_cse: bool = True, static_argnums=()) -> Callable:
+def checkpoint(fun: Callable, prevent_cse: bool = True, policy: Callable | None = None,
+               static_argnums=()) -> Callable:
     """Rematerialize: fun's intermediates are recomputed in the backward pass, not stored.
 
     Reverse mode saves only fun's inputs; the backward pass re-runs fun (kept apart from the
-    forward copy so jit's CSE does not merge them) and differentiates it.
+    forward copy so jit's CSE does not merge them) and differentiates it. With a `policy`
+    (funcgrad.checkpoint_policies, JAX's semantics) the forward also saves the values the
+    policy allows, `policy(prim, *input_avals, **params) -> bool` per equation of fun, and the
+    backward recomputes only the rest. Gradients are the same for every policy.
+
+    Args:
+        fun: the function to rematerialize.
+        prevent_cse: keep the recomputation apart from the forward (jit's CSE would merge them).
+        policy: which equations' outputs may be saved; None saves only the inputs.
+        static_argnums: arguments that are not arrays (passed through unchanged).
 
     Example:
         >>> import funcgrad, funcgrad.numpy as fnp
         >>> layer = funcgrad.checkpoint(lambda x: fnp.tanh(fnp.tanh(x)))
         >>> round(float(funcgrad.grad(layer)(0.3)), 4)
         0.8417
+        >>> dots = funcgrad.checkpoint(lambda w: fnp.tanh(w @ w).sum(),
+        ...                            policy=funcgrad.checkpoint_policies.dots_saveable)
+        >>> float(funcgrad.grad(dots)(fnp.zeros((2, 2))).sum())
+        0.0
     """
     static = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
     counter = [0]
@@ -368,6 +382,10 @@ def checkpoint(fun: Callable, prevent_cse: bool = True, static_argnums=()) -> Ca
 
         rec = _Rec("checkpoint", getattr(fun, "__name__", "checkpoint"), fun_flat,
                    [aval_of(x) for x in leaves], fwd=fwd_flat, bwd=bwd_flat)
+        if policy is not None:   # save what the policy allows, recompute the rest
+            from .ad_checkpoint import PolicyRemat
+            rules = PolicyRemat(rec, policy, prevent_cse)
+            rec.fwd, rec.bwd = rules.fwd, rules.bwd
         return _bind_group(custom_vjp_call_p, rec, leaves, store["out_tree"])
 
     return wrapped
