@@ -3,7 +3,7 @@
 A DeviceBuffer is (block, shape, strides, offset, dtype), strides and offset counted in elements,
 so transpose, broadcast (stride 0), slice, reverse (negative strides) and contiguous reshapes are
 views that launch nothing. Blocks come from a Pool: sizes are rounded up to a bucket (powers of
-two up to 64 KiB, eighths of a power of two up to 32 MiB, then 2 MiB steps) and a block whose
+two up to 64 KiB, sixteenths of a power of two up to 32 MiB, then 2 MiB steps) and a block whose
 last view dies goes back to its bucket's free list instead of to the driver, so a training loop in steady state allocates nothing new. All work
 is queued on one stream (the legacy default stream), so handing a freed block to the next
 allocation is ordered after every kernel that used it: the rule PyTorch's caching allocator
@@ -206,13 +206,13 @@ class Pool:
 
     @staticmethod
     def bucket(nbytes: int) -> int:
-        """The block size for a request: powers of two up to 64 KiB, then an eighth of the
-        next power of two (at most 12.5% over: a GPT's 2.4 MB weights took 4 MiB blocks with
-        power-of-two buckets, 62% more than their bytes), 2 MiB steps from 32 MiB."""
+        """The block size for a request: powers of two up to 64 KiB, then multiples of a
+        sixteenth of the next power of two (at most 12.5% over: a GPT's 2.4 MB weights took
+        4 MiB blocks with power-of-two buckets), 2 MiB steps from 32 MiB."""
         if nbytes <= 1 << 16:
             return max(256, 1 << (max(nbytes, 1) - 1).bit_length())
         if nbytes <= 32 << 20:
-            step = (1 << (nbytes - 1).bit_length()) // 8
+            step = (1 << (nbytes - 1).bit_length()) // 16
         else:
             step = 2 << 20
         return -(-nbytes // step) * step
