@@ -30,6 +30,7 @@ def _lit(val, dtype) -> str:
 # clusters up to this many equations take two elements per thread and iteration; larger ones
 # have loads enough in flight already, and doubling their source doubles their compile time
 UNROLL_MAX_EQNS = 32
+UNROLL4_MAX_EQNS = 16
 
 
 class FusedKernel:
@@ -130,17 +131,23 @@ class FusedKernel:
             lines += [f"        {x}" for x in coords("i", "c") + b + stores("i", names)]
             lines.append("        i += step")
         else:
-            # two elements per iteration (the second re-reads the first's at the end): twice
-            # the loads in flight per thread, which memory-bound kernels need to reach the
-            # copy bandwidth
-            self.per_thread = 2
-            b1, n1 = body("i", "t", "c")
-            b2, n2 = body("i2", "u", "e")
-            lines += ["        j = i + step", "        i2 = j if j < n else i"]
-            lines += [f"        {x}" for x in coords("i", "c") + coords("i2", "e") + b1 + b2
-                      + stores("i", n1)]
-            lines += ["        if j < n:"] + [f"            {x}" for x in stores("i2", n2)]
-            lines.append("        i = j + step")
+            # U elements per iteration (past the end, the extra ones re-read the first's):
+            # U times the loads in flight per thread, which memory-bound kernels need to reach
+            # the copy bandwidth (small clusters take 4, others 2)
+            U = 4 if len(c.eqns) <= UNROLL4_MAX_EQNS else 2
+            self.per_thread = U
+            bodies, names = [], []
+            for k in range(U):
+                b, nm = body("i" if k == 0 else f"i{k}", "t" if k == 0 else f"u{k}_", "c")
+                bodies += b
+                names.append(nm)
+            for k in range(1, U):
+                lines += [f"        j{k} = i + {k} * step", f"        i{k} = j{k} if j{k} < n else i"]
+            lines += [f"        {x}" for x in bodies + stores("i", names[0])]
+            for k in range(1, U):
+                lines += [f"        if j{k} < n:"] + [f"            {x}"
+                                                      for x in stores(f"i{k}", names[k])]
+            lines.append(f"        i += {U} * step")
         return helper_source(helpers, "{opts}") + "\n\n" + "\n".join(lines) + "\n"
 
     def args(self, bufs: list, outs: list) -> list:
