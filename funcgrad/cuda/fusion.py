@@ -30,7 +30,7 @@ def _lit(val, dtype) -> str:
 # clusters up to this many equations take two elements per thread and iteration; larger ones
 # have loads enough in flight already, and doubling their source doubles their compile time
 UNROLL_MAX_EQNS = 32
-UNROLL4_MAX_EQNS = 16
+UNROLL = 2
 
 
 class FusedKernel:
@@ -133,8 +133,9 @@ class FusedKernel:
         else:
             # U elements per iteration (past the end, the extra ones re-read the first's):
             # U times the loads in flight per thread, which memory-bound kernels need to reach
-            # the copy bandwidth (small clusters take 4, others 2)
-            U = 4 if len(c.eqns) <= UNROLL4_MAX_EQNS else 2
+            # the copy bandwidth (W3 on an H200: 0.308 ms with 1, 0.297-0.305 with 2, 0.352
+            # with 4)
+            U = UNROLL
             self.per_thread = U
             bodies, names = [], []
             for k in range(U):
