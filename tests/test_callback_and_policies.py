@@ -233,3 +233,20 @@ def test_policies_show_in_the_lowered_backward_and_peak_memory():
     peak = {k: v.peak_bytes() for k, v in low.items()}
     assert peak["nothing"] <= peak["dots"] <= peak["everything"]
     assert peak["nothing"] < peak["everything"] == plain.peak_bytes()
+
+
+def test_host_calls_do_not_run_in_a_cuda_plans_dry_run():
+    # a GPU plan's first call is a dry run (kernels recorded, nothing executed): the callback
+    # must not run there (pure_callback counted 2 calls for one jitted call on an H200)
+    from funcgrad import cuda as fcuda
+    if not fcuda.usable():
+        pytest.skip("no CUDA backend (set NUMBA_ENABLE_CUDASIM=1)")
+    from funcgrad.cuda import compile as fcompile
+    cb = Counted(host_sort)
+    f = jit(lambda x: funcgrad.pure_callback(cb, S((3,), np.float32), x * 2.0) + 1.0)
+    x = funcgrad.device_put(X, "cuda")
+    plan = f.lower(x).compile()
+    fcompile.dry_run(plan, [x.buf])
+    assert cb.calls == 0
+    np.testing.assert_array_equal(np.asarray(f(x)), [3.0, 5.0, 7.0])
+    assert cb.calls == 1

@@ -321,10 +321,8 @@ class Plan:
                 runtime.load().synchronize()
                 t0 = time.perf_counter()
             if kind == "eqn":
-                if s.prim.call_impl is not None:  # effectful host calls (debug.print)
-                    ins = [Array(read(x), x.aval, "cuda") for x in s.inputs]
-                    res = s.prim.call_impl(*ins, **s.params)
-                    env[s.out] = self.backend.from_numpy(np.asarray(res))
+                if s.prim.call_impl is not None:  # host calls (debug.print, pure_callback)
+                    env[s.out] = self.backend.from_numpy(runtime.host_call(s, read))
                 else:
                     env[s.out] = lower(s.prim, [read(x) for x in s.inputs], s.params,
                                        s.out.aval)
