@@ -147,3 +147,14 @@ from .prims import (  # noqa: E402,F401
     xor_p,
 )
 from .prims_complex import complex_p, conj_p, imag_p, real_p  # noqa: E402,F401
+from .lax_slicing import (  # noqa: E402,F401  (XLA-style gather / scatter)
+    GatherDimensionNumbers,
+    GatherScatterMode,
+    ScatterDimensionNumbers,
+    gather,
+    scatter,
+    scatter_add,
+    scatter_max,
+    scatter_min,
+    scatter_mul,
+)
