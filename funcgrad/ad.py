@@ -1,6 +1,8 @@
 """Automatic differentiation: vjp/grad (backward equations) and jvp (forward tangents)."""
 from __future__ import annotations
 
+import contextlib
+
 import functools
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -71,11 +73,16 @@ def _avals(leaves):
 # vjp
 # ---------------------------------------------------------------------------------------------
 
-def _forward(expr, consts, args):
+_PLAIN = object()   # _forward's default `tag`: equations keep their own tags
+
+
+def _forward(expr, consts, args, kept=None, tag=_PLAIN):
     """Evaluate expr, keeping every intermediate value and which ones depend on the inputs.
 
     A custom_vjp group runs its fwd rule instead of its body; the residuals are kept in
-    env[("res", rec, operand ids)] for the backward pass.
+    env[("res", rec, operand ids)] for the backward pass. A checkpoint's backward passes
+    `kept` (values its policy saved: not recomputed) and `tag` (put on the recomputed
+    equations that have none, so that CSE keeps them apart; None for no tag).
     """
     env = {}
     active = set()
@@ -88,18 +95,24 @@ def _forward(expr, consts, args):
     def read(x):
         return x.val if isinstance(x, Lit) else env[x]
 
+    def tagged(e):
+        return eqn_tag(e.tag if tag is _PLAIN or e.tag is not None else tag)
+
     for e in expr.eqns:
         is_active = any(x in active for x in e.inputs if not isinstance(x, Lit))
-        if e.prim.vjp_group and is_active:
+        if kept is not None and e.out in kept:
+            env[e.out] = kept[e.out]
+        elif e.prim.vjp_group and is_active:
             rec = e.params["rec"]
             key = ("res",) + _group_key(e)
             if key not in env:
-                with source_info(e.src):
+                with source_info(e.src), (contextlib.nullcontext() if tag is _PLAIN
+                                          else tagged(e)):
                     outs, res = rec.fwd(*[read(x) for x in e.inputs])
                 env[key] = (outs, res)
             env[e.out] = env[key][0][e.params["index"]]
         else:
-            with source_info(e.src), eqn_tag(e.tag):
+            with source_info(e.src), tagged(e):
                 env[e.out] = bind(e.prim, *[read(x) for x in e.inputs], **e.params)
         if _inexact(e.out.aval.dtype) and is_active:
             active.add(e.out)

@@ -5,8 +5,8 @@ import types
 from collections.abc import Callable
 
 from . import prims as P
-from .ad import FORWARD_REWRITES, _inexact, backward_pass
-from .core import Lit, Primitive, bind, eqn_tag, source_info
+from .ad import FORWARD_REWRITES, _forward, backward_pass
+from .core import Expr, Primitive, bind, eval_expr
 
 # ---------------------------------------------------------------------------------------------
 # checkpoint_name: an identity primitive that tags a value (jit inlines it away)
@@ -127,17 +127,10 @@ class PolicyRemat:
 
     def fwd(self, *xs):
         expr, consts, saved = self.body()
-        env = {}
-        for v, x in zip(expr.in_binders, list(consts) + list(xs)):
-            env[v] = x
-
-        def read(x):
-            return x.val if isinstance(x, Lit) else env[x]
-
-        for e in expr.eqns:
-            with source_info(e.src), eqn_tag(e.tag):
-                env[e.out] = bind(e.prim, *[read(x) for x in e.inputs], **e.params)
-        return [read(o) for o in expr.outs], list(xs) + [env[v] for v in saved]
+        both = Expr(expr.in_binders, expr.eqns, list(expr.outs) + saved, expr.n_consts)
+        vals = eval_expr(both, list(xs), list(consts))
+        n = len(expr.outs)
+        return vals[:n], list(xs) + vals[n:]
 
     def bwd(self, res, cts):
         expr, consts, saved = self.body()
@@ -145,30 +138,6 @@ class PolicyRemat:
         xs, kept = list(res[:n]), dict(zip(saved, res[n:]))
         self.counter += 1
         tag = ("remat", id(self.rec), self.counter) if self.prevent_cse else None
-        env, active = {}, set()
-        for v, x in zip(expr.in_binders, list(consts) + xs):
-            env[v] = x
-        for v in expr.in_binders[expr.n_consts:]:
-            if _inexact(v.aval.dtype):
-                active.add(v)
-
-        def read(x):
-            return x.val if isinstance(x, Lit) else env[x]
-
-        from .ad import _group_key
-        for e in expr.eqns:   # recompute what the policy did not save (as ad._forward does)
-            is_active = any(x in active for x in e.inputs if not isinstance(x, Lit))
-            if e.out in kept:
-                env[e.out] = kept[e.out]
-            elif e.prim.vjp_group and is_active:
-                key = ("res",) + _group_key(e)
-                if key not in env:
-                    with source_info(e.src), eqn_tag(tag if e.tag is None else e.tag):
-                        env[key] = e.params["rec"].fwd(*[read(x) for x in e.inputs])
-                env[e.out] = env[key][0][e.params["index"]]
-            else:
-                with source_info(e.src), eqn_tag(tag if e.tag is None else e.tag):
-                    env[e.out] = bind(e.prim, *[read(x) for x in e.inputs], **e.params)
-            if _inexact(e.out.aval.dtype) and is_active:
-                active.add(e.out)
+        # recompute what the policy did not save
+        env, active, read = _forward(expr, consts, xs, kept=kept, tag=tag)
         return list(backward_pass(expr, env, active, read, list(cts)))
