@@ -15,10 +15,10 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..", "examples")]
 
-from workloads import MlpAdam, median_seconds
+from workloads import MlpAdam, gpt_step, median_seconds
 
 import funcgrad
-from funcgrad import nn, optim
+from funcgrad import nn
 
 
 def emit(**kw):
@@ -53,18 +53,8 @@ def w2_gpt(donate=False):
     pool = __import__("funcgrad.cuda.arrays", fromlist=["x"]).pool()
     pool.peak = pool.in_use     # measure this variant's peak from here
     params = funcgrad.device_put(gpt.init_params(cfg))
-    opt = optim.adamw(3e-4)
+    step, opt, idx, tgt = gpt_step(cfg, B, donate)
     state = [params, opt.init(params)]
-
-    def step(p, s, idx, tgt):
-        val, g = funcgrad.value_and_grad(gpt.loss_fn)(p, idx, tgt, cfg)
-        u, s = opt.update(g, s, p)
-        return optim.apply_updates(p, u), s, val
-
-    step = funcgrad.jit(step, donate_argnums=(0, 1) if donate else ())
-    rng = np.random.default_rng(0)
-    idx = funcgrad.device_put(rng.integers(0, cfg.vocab, (B, cfg.ctx)).astype(np.int32))
-    tgt = funcgrad.device_put(rng.integers(0, cfg.vocab, (B, cfg.ctx)).astype(np.int32))
 
     def run():
         state[0], state[1], val = step(state[0], state[1], idx, tgt)

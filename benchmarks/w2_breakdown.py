@@ -19,26 +19,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..", "examples")]
 
 import funcgrad  # noqa: E402
-from funcgrad import optim  # noqa: E402
 
 
 def build(tf32: bool):
     import gpt
+    from workloads import gpt_step
     cfg, B = gpt.W2, 16
     if tf32:
         funcgrad.config.update("default_matmul_precision", "tensorfloat32")
     params = funcgrad.device_put(gpt.init_params(cfg))
-    opt = optim.adamw(3e-4)
-
-    def step(p, s, idx, tgt):
-        val, g = funcgrad.value_and_grad(gpt.loss_fn)(p, idx, tgt, cfg)
-        u, s = opt.update(g, s, p)
-        return optim.apply_updates(p, u), s, val
-
-    step = funcgrad.jit(step, donate_argnums=(0, 1))
-    rng = np.random.default_rng(0)
-    idx = funcgrad.device_put(rng.integers(0, cfg.vocab, (B, cfg.ctx)).astype(np.int32))
-    tgt = funcgrad.device_put(rng.integers(0, cfg.vocab, (B, cfg.ctx)).astype(np.int32))
+    step, opt, idx, tgt = gpt_step(cfg, B)
     state = [params, opt.init(params)]
 
     def run():

@@ -7,16 +7,14 @@ from __future__ import annotations
 import os
 import sys
 
-import numpy as np
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..", "examples")]
 
 import gpt  # noqa: E402
+from workloads import gpt_step  # noqa: E402
 
 import funcgrad  # noqa: E402
 from funcgrad import cuda as fcuda  # noqa: E402
-from funcgrad import optim  # noqa: E402
 from funcgrad.cuda import arrays  # noqa: E402
 
 
@@ -38,19 +36,9 @@ def main():
 
     params = funcgrad.device_put(gpt.init_params(cfg))
     stats("params")
-    opt = optim.adamw(3e-4)
+    step, opt, idx, tgt = gpt_step(cfg, B)
     st = opt.init(params)
     stats("opt.init")
-
-    def step(p, s, idx, tgt):
-        val, g = funcgrad.value_and_grad(gpt.loss_fn)(p, idx, tgt, cfg)
-        u, s = opt.update(g, s, p)
-        return optim.apply_updates(p, u), s, val
-
-    step = funcgrad.jit(step, donate_argnums=(0, 1))
-    rng = np.random.default_rng(0)
-    idx = funcgrad.device_put(rng.integers(0, cfg.vocab, (B, cfg.ctx)).astype(np.int32))
-    tgt = funcgrad.device_put(rng.integers(0, cfg.vocab, (B, cfg.ctx)).astype(np.int32))
     low = step.lower(params, st, idx, tgt)
     for i in range(3):
         params, st, v = step(params, st, idx, tgt)

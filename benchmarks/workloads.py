@@ -69,3 +69,20 @@ class MlpAdam:
     def plan(self):
         """The compiled executable of the step (a CUDA Plan on the GPU)."""
         return self.step.lower(self.params, self.state, self.x, self.y).compile()
+
+
+def gpt_step(cfg, batch, donate=True, seed=0):
+    """W2's jitted AdamW(3e-4) step of examples/gpt.py's model (examples/ must be on sys.path),
+    its optimizer, and a fixed random token batch (idx, tgt) on the default device."""
+    import gpt
+    opt = optim.adamw(3e-4)
+
+    def step(p, s, idx, tgt):
+        val, g = funcgrad.value_and_grad(gpt.loss_fn)(p, idx, tgt, cfg)
+        u, s = opt.update(g, s, p)
+        return optim.apply_updates(p, u), s, val
+
+    rng = np.random.default_rng(seed)
+    idx, tgt = (funcgrad.device_put(rng.integers(0, cfg.vocab, (batch, cfg.ctx))
+                                    .astype(np.int32)) for _ in range(2))
+    return funcgrad.jit(step, donate_argnums=(0, 1) if donate else ()), opt, idx, tgt
