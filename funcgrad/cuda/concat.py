@@ -43,13 +43,15 @@ def _source(sizes, inner, T):
          f"        base = oo + r * {row}", f"        for j in range(t, {row}, {T}):",
          f"            c = j // {inner}", f"            e = j - c * {inner}"]
     start = 0
-    for k, m in enumerate(sizes):
-        cond = "if" if k == 0 else "elif"
+    for k, m in enumerate(sizes):   # if c < end of piece 0: ... elif ...: ... else: last piece
         at = f"p{k}o + r * p{k}a + (c - {start}) * p{k}b + e * p{k}c"
+        if len(sizes) == 1:
+            L += [f"            v = p{k}[{at}]"]
+            break
         if k == len(sizes) - 1:
-            L += ["            else:" if k else "            if True:"]
+            L += ["            else:"]
         else:
-            L += [f"            {cond} c < {start + m}:"]
+            L += [f"            {'if' if k == 0 else 'elif'} c < {start + m}:"]
         L += [f"                v = p{k}[{at}]"]
         start += m
     L += ["            o[base + j] = v", "        r += cuda.gridDim.x"]

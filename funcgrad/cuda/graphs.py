@@ -89,10 +89,13 @@ class GraphSet:
             if type(blk) is memplan.PlanBlock and blk.owner is plan:
                 addr = (id(blk.raw), b.offset)
                 key.append(addr if blk.set_id != s else None)
-            else:   # read in place until its address changes once; then always copied in
-                addr = (blk.ptr(), b.offset)   # (a new batch that the pool sometimes puts
-                if last[i] is not None and addr != last[i]:   # at the last address would
-                    varies[i] = True           # otherwise capture a graph per address)
+            else:
+                # read in place until its address changes once, then always copied in (a new
+                # batch that the pool sometimes puts back at the last address would otherwise
+                # capture a graph per address)
+                addr = (blk.ptr(), b.offset)
+                if last[i] is not None and addr != last[i]:
+                    varies[i] = True
                 key.append(None if varies[i] else addr)
             last[i] = addr
         key = (s, tuple(key))
