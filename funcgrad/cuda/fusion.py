@@ -56,9 +56,9 @@ class FusedKernel:
             e.prim is P.iota_p for e in c.eqns)
         helpers = set()
 
-        def body(ix, tp, cp="c"):
-            """Lines computing every member for element `ix` (coordinates `cp`0, `cp`1, ...)
-            into names `tp`0, `tp`1, ...; returns (lines, names)."""
+        def body(ix, tp):
+            """Lines computing every member for element `ix` (coordinates c0, c1, ...) into
+            names `tp`0, `tp`1, ...; returns (lines, names)."""
             names, lines = {}, []
 
             def read(v, dims_map):
@@ -69,7 +69,7 @@ class FusedKernel:
                 elif mode == "scalar":
                     at = f"{p}_o"
                 else:
-                    at = " + ".join([p + "_o"] + [f"{cp}{d} * {p}_s{j}"
+                    at = " + ".join([p + "_o"] + [f"c{d} * {p}_s{j}"
                                                   for j, d in enumerate(dims_map)
                                                   if v.aval.shape[j] != 1])
                 return f"{compute_t(v.aval.dtype)}({p}[{at}])"
@@ -78,7 +78,7 @@ class FusedKernel:
                 dt = e.out.aval.dtype
                 out = f"{tp}{k}"
                 if e.prim is P.iota_p:
-                    lines.append(f"{out} = {compute_t(dt)}({cp}{e.params['dimension']})")
+                    lines.append(f"{out} = {compute_t(dt)}(c{e.params['dimension']})")
                 elif is_view_bcast(e, c.members):
                     x = e.inputs[0]
                     if not isinstance(x, Var):
@@ -117,18 +117,15 @@ class FusedKernel:
             sig += [f"out{j}", f"out{j}_o"]
         lines = [f"@cuda.jit({{opts}})\ndef kernel({', '.join(sig)}):",
                  "    i = cuda.grid(1)", "    step = cuda.gridsize(1)", "    while i < n:"]
-        def coords(ix, cp):
-            if not need_coords:
-                return []
-            out = [f"r = {ix}"]
-            for d in reversed(range(rank)):
-                out += [f"{cp}{d} = r % s{d}", f"r = r // s{d}"]
-            return out
-
         if need_coords or len(c.eqns) > UNROLL_MAX_EQNS:   # (unrolled coordinate kernels
             # measured no faster on an H200: their index arithmetic, not loads, bounds them)
+            coords = []
+            if need_coords:
+                coords = ["r = i"]
+                for d in reversed(range(rank)):
+                    coords += [f"c{d} = r % s{d}", f"r = r // s{d}"]
             b, names = body("i", "t")
-            lines += [f"        {x}" for x in coords("i", "c") + b + stores("i", names)]
+            lines += [f"        {x}" for x in coords + b + stores("i", names)]
             lines.append("        i += step")
         else:
             # U elements per iteration (past the end, the extra ones re-read the first's):
@@ -139,11 +136,12 @@ class FusedKernel:
             self.per_thread = U
             bodies, names = [], []
             for k in range(U):
-                b, nm = body("i" if k == 0 else f"i{k}", "t" if k == 0 else f"u{k}_", "c")
+                b, nm = body("i" if k == 0 else f"i{k}", "t" if k == 0 else f"u{k}_")
                 bodies += b
                 names.append(nm)
             for k in range(1, U):
-                lines += [f"        j{k} = i + {k} * step", f"        i{k} = j{k} if j{k} < n else i"]
+                lines += [f"        j{k} = i + {k} * step",
+                          f"        i{k} = j{k} if j{k} < n else i"]
             lines += [f"        {x}" for x in bodies + stores("i", names[0])]
             for k in range(1, U):
                 lines += [f"        if j{k} < n:"] + [f"            {x}"
