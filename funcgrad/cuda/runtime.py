@@ -7,7 +7,9 @@ imported from there, so numba's `cache=True` can keep its compiled code on disk 
 from __future__ import annotations
 
 import os
+import sys
 import threading
+import traceback
 
 import numpy as np
 
@@ -38,8 +40,37 @@ def load():
         from numba.cuda.core import config
         config.CUDA_LOW_OCCUPANCY_WARNINGS = 0   # small eager ops are normal, not a mistake
         SIM = bool(config.ENABLE_CUDASIM)
+        if SIM:
+            _lock_simulated_shared_arrays()
         _cuda = cuda
     return _cuda
+
+
+def _lock_simulated_shared_arrays():
+    """numba-cuda's simulator gives each block's `cuda.shared.array` call sites one array, made
+    by an unlocked check-then-insert that every simulated thread runs: two threads arriving
+    together could each make an array, and one thread then read and wrote memory the others
+    never saw (rare wrong results in funcgrad's reductions and GEMM under the simulator). The
+    call is made atomic here; on a GPU nothing changes."""
+    from numba.cuda.simulator import kernelapi
+    shared = kernelapi.FakeCUDAShared
+    if getattr(shared.array, "_funcgrad_locked", False):
+        return
+    unlocked, lock = shared.array, threading.Lock()
+
+    def array(self, shape, dtype, alignment=None):
+        if shape == 0 or alignment is not None:   # dynamic shared memory, errors: as before
+            return unlocked(self, shape, dtype, alignment)
+        if isinstance(dtype, kernelapi.types.Type):
+            dtype = kernelapi.numpy_support.as_dtype(dtype)
+        caller = traceback.extract_stack(sys._getframe())[-2][0:2]   # the kernel's line
+        with lock:
+            res = self._allocations.get(caller)
+            if res is None:
+                res = self._allocations[caller] = np.empty(shape, dtype)
+        return res
+    array._funcgrad_locked = True
+    shared.array = array
 
 
 _memcpy_dtod = None
