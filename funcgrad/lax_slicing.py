@@ -6,9 +6,10 @@ an `.at[]` update of it (scatter), so gradients, vmap, jit and both backends com
 primitives. The index vector is the last axis of the indices (JAX's convention). Modes follow
 JAX: "fill" (the default, FILL_OR_DROP: a gather window partly out of bounds reads
 `fill_value`, a scatter window partly out of bounds is dropped), "clip" (starts clamped so the
-window fits) and "promise_in_bounds" (treated as "clip"). Not supported: operand batching dims
-(a clear error). Scatters with multiply/min/max keep funcgrad's `.at` rule: under jit a traced
-index that repeats applies one of its updates (see README).
+window fits) and "promise_in_bounds" (treated as "clip"). Operand batching dims pair with index
+batch dims: each one is an extra collapsed dim whose start is the index batch coordinate (an
+iota appended to the index vectors). Scatters with multiply/min/max keep funcgrad's `.at`
+rule: under jit a traced index that repeats applies one of its updates (see README).
 """
 from __future__ import annotations
 
@@ -84,10 +85,36 @@ def _positions(operand_shape, idx, index_map, window, mode):
     return flat, ok
 
 
-def _no_batching(name, a, b):
-    if tuple(a) or tuple(b):
-        raise NotImplementedError(f"lax.{name}: operand batching dims are not supported by "
-                                  f"funcgrad yet (vmap a gather without them instead)")
+def _with_batching(name, shape, idx, index_map, collapsed, op_b, idx_b):
+    """(index vectors, index map, collapsed dims) with the operand batching dims `op_b` folded
+    in: their starts are the coordinates of the paired index batch dims `idx_b`."""
+    op_b, idx_b = tuple(int(d) for d in op_b), tuple(int(d) for d in idx_b)
+    if len(op_b) != len(idx_b):
+        raise ValueError(f"lax.{name}: operand_batching_dims {op_b} and the indices' batching "
+                         f"dims {idx_b} must have the same length")
+    if not op_b:
+        return idx, tuple(index_map), tuple(collapsed)
+    nb = idx.ndim - 1
+    if any(not 0 <= d < nb for d in idx_b) or len(set(idx_b)) != len(idx_b):
+        raise ValueError(f"lax.{name}: the indices' batching dims {idx_b} must be distinct dims "
+                         f"of the index batch shape {tuple(idx.shape[:-1])}")
+    if any(not 0 <= d < len(shape) for d in op_b) or set(op_b) & set(index_map) or \
+            set(op_b) & set(collapsed) or len(set(op_b)) != len(op_b):
+        raise ValueError(f"lax.{name}: operand_batching_dims {op_b} must be distinct operand "
+                         f"dims of {shape}, outside the index map and the collapsed dims")
+    for d, b in zip(op_b, idx_b):
+        if shape[d] != idx.shape[b]:
+            raise ValueError(f"lax.{name}: operand batching dim {d} of {shape} has size "
+                             f"{shape[d]} but the indices' batching dim {b} of "
+                             f"{tuple(idx.shape)} has size {idx.shape[b]}")
+    dt = idx.dtype if idx.dtype.kind in "iu" else np.dtype(np.int32)
+    cols = [fnp.asarray(idx, dt)]
+    for b in idx_b:
+        iota = np.arange(idx.shape[b], dtype=dt).reshape(
+            (1,) * b + (-1,) + (1,) * (nb - b - 1) + (1,))
+        cols.append(fnp.broadcast_to(iota, tuple(idx.shape[:-1]) + (1,)))
+    return (fnp.concatenate(cols, axis=-1), tuple(index_map) + op_b,
+            tuple(collapsed) + op_b)
 
 
 def gather(operand, start_indices, dimension_numbers, slice_sizes, *, unique_indices=False,
@@ -104,7 +131,6 @@ def gather(operand, start_indices, dimension_numbers, slice_sizes, *, unique_ind
         [[8.0, 9.0, 10.0, 11.0], [0.0, 1.0, 2.0, 3.0]]
     """
     dn = dimension_numbers
-    _no_batching("gather", dn.operand_batching_dims, dn.start_indices_batching_dims)
     operand, idx = fnp.asarray(operand), fnp.asarray(start_indices)
     mode = GatherScatterMode.from_any(mode)
     shape, sizes = tuple(operand.shape), tuple(int(s) for s in slice_sizes)
@@ -115,12 +141,15 @@ def gather(operand, start_indices, dimension_numbers, slice_sizes, *, unique_ind
         raise ValueError(f"lax.gather: the index vectors (last axis of start_indices "
                          f"{tuple(idx.shape)}) must have len(start_index_map) = "
                          f"{len(dn.start_index_map)} entries")
-    if any(sizes[d] != 1 for d in dn.collapsed_slice_dims):
-        raise ValueError("lax.gather: collapsed_slice_dims must have slice size 1")
-    index_map = tuple(dn.start_index_map)
+    idx, index_map, collapsed = _with_batching(
+        "gather", shape, idx, dn.start_index_map, dn.collapsed_slice_dims,
+        dn.operand_batching_dims, dn.start_indices_batching_dims)
+    if any(sizes[d] != 1 for d in collapsed):
+        raise ValueError("lax.gather: collapsed_slice_dims and operand_batching_dims must have "
+                         "slice size 1")
     flat, ok = _positions(shape, idx, index_map, sizes, mode)
     nb = idx.ndim - 1
-    keep = [d for d in range(len(shape)) if d not in dn.collapsed_slice_dims]
+    keep = [d for d in range(len(shape)) if d not in collapsed]
     if len(keep) != len(dn.offset_dims):
         raise ValueError(f"lax.gather: offset_dims {tuple(dn.offset_dims)} must name one "
                          f"output dim per uncollapsed slice dim ({len(keep)})")
@@ -154,13 +183,19 @@ def _default_fill(dtype):
 
 def _scatter(name, method, operand, scatter_indices, updates, dimension_numbers, mode):
     dn = dimension_numbers
-    _no_batching(name, dn.operand_batching_dims, dn.scatter_indices_batching_dims)
     operand, idx = fnp.asarray(operand), fnp.asarray(scatter_indices)
     updates = fnp.asarray(updates, operand.dtype)
     mode = GatherScatterMode.from_any(mode)
     shape = tuple(operand.shape)
     nd = len(shape)
-    win = [d for d in range(nd) if d not in dn.inserted_window_dims]
+    if idx.ndim == 0 or idx.shape[-1] != len(dn.scatter_dims_to_operand_dims):
+        raise ValueError(f"lax.{name}: the index vectors (last axis of scatter_indices "
+                         f"{tuple(idx.shape)}) must have len(scatter_dims_to_operand_dims) = "
+                         f"{len(dn.scatter_dims_to_operand_dims)} entries")
+    idx, index_map, inserted = _with_batching(
+        name, shape, idx, dn.scatter_dims_to_operand_dims, dn.inserted_window_dims,
+        dn.operand_batching_dims, dn.scatter_indices_batching_dims)
+    win = [d for d in range(nd) if d not in inserted]
     if len(win) != len(dn.update_window_dims):
         raise ValueError(f"lax.{name}: update_window_dims {tuple(dn.update_window_dims)} must "
                          f"name one updates dim per operand dim not in inserted_window_dims")
@@ -172,7 +207,7 @@ def _scatter(name, method, operand, scatter_indices, updates, dimension_numbers,
         raise ValueError(f"lax.{name}: the updates' scatter dims "
                          f"{tuple(updates.shape[a] for a in upd_batch)} must equal the indices' "
                          f"batch shape {tuple(idx.shape[:-1])}")
-    flat, ok = _positions(shape, idx, tuple(dn.scatter_dims_to_operand_dims), sizes, mode)
+    flat, ok = _positions(shape, idx, index_map, sizes, mode)
     # updates as [*batch, *window (operand order, inserted dims of size 1)]
     u = fnp.transpose(updates, upd_batch + list(dn.update_window_dims))
     u = fnp.reshape(u, tuple(idx.shape[:-1]) + tuple(sizes))

@@ -118,10 +118,10 @@ def test_take_rows_fill_values_jit_vmap_and_gradients():
 
 def test_errors_are_clear():
     x = np.zeros((3, 4))
-    dn = lax.GatherDimensionNumbers((1,), (0,), (0,), operand_batching_dims=(1,),
+    dn = lax.GatherDimensionNumbers((), (0,), (0,), operand_batching_dims=(1,),
                                     start_indices_batching_dims=(0,))
-    with pytest.raises(NotImplementedError, match="batching dims"):
-        lax.gather(x, np.zeros((2, 1), int), dn, (1, 4))
+    with pytest.raises(ValueError, match="batching dim 1 of .3, 4. has size 4"):
+        lax.gather(x, np.zeros((2, 1), int), dn, (1, 1))
     dn = lax.GatherDimensionNumbers((1,), (0,), (0,))
     with pytest.raises(ValueError, match="slice_sizes"):
         lax.gather(x, np.zeros((2, 1), int), dn, (1, 5))
