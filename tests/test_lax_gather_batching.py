@@ -94,7 +94,7 @@ def ref_scatter_add(x, idx, u, dn, mode):
 
 
 def _dns(case, mod):
-    shape, index_map, collapsed, sizes, batch, offset_dims, op_b, idx_b, _ = case
+    _, index_map, collapsed, _, _, offset_dims, op_b, idx_b, _ = case
     g = mod.GatherDimensionNumbers(offset_dims, collapsed, index_map, op_b, idx_b)
     s = mod.ScatterDimensionNumbers(offset_dims, collapsed, index_map, op_b, idx_b)
     return g, s
