@@ -321,3 +321,54 @@ def test_cuda_while_and_cond_read_on_host(_fast_sim):
     steps = vmap(lambda n: lax.while_loop(lambda c: c[0] > 1, lambda c: (
         fnp.where(c[0] % 2 == 0, c[0] // 2, 3 * c[0] + 1), c[1] + 1), (n, 0))[1])
     assert np.asarray(jit(steps)(_cu(np.array([1, 6, 7], np.int32)))).tolist() == [0, 8, 16]
+
+
+@pytest.mark.cuda
+@cuda
+def test_cuda_loop_state_swaps_nests_and_reverses(_fast_sim, rng):
+    # a carry that swaps two values, a scan nested in a scan, a reversed scan with ys,
+    # a zero-length scan: planned calls equal numpy's (loops keep their state in step buffers)
+    def f(a, b, xs):
+        def outer(c, x):
+            (p, q), inner = lax.scan(lambda cc, r: ((cc[1], cc[0] + r), cc[0] * r), c, x)
+            return (p, q), fnp.sum(inner)
+        (p, q), ys = lax.scan(outer, (a, b), xs, reverse=True)
+        z, _ = lax.scan(lambda c, x: (c + x, x), a, xs[:0, 0])
+        return p, q, ys, z
+    a, b = np.float32(0.5), np.float32(-1.5)
+    xs = rng.standard_normal((3, 4)).astype(np.float32)
+    want = [np.asarray(v) for v in f(a, b, xs)]
+    jf = jit(f)
+    for _ in range(3):
+        got = jf(_cu(a), _cu(b), _cu(xs))
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(np.asarray(g), w, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.cuda
+@cuda
+def test_cuda_graph_size_independent_of_trip_count(_fast_sim):
+    # on a real GPU a scan is one conditional node of the step's CUDA graph: the same number of
+    # nodes for 10 and 10,000 steps (the simulator runs the iterations on the host)
+    def step(n):
+        def f(x):
+            c, _ = lax.scan(lambda c, _: (c * 0.999 + 1.0, None), x, None, length=n)
+            return c
+        return jit(f)
+
+    x = _cu(np.zeros(4, np.float32))
+    sizes = {}
+    for n in ((10, 10_000) if not fcuda.simulator_active() else (10, 40)):
+        f = step(n)
+        for _ in range(3):
+            out = np.asarray(f(x))
+        want = (1 - 0.999 ** n) / (1 - 0.999)
+        np.testing.assert_allclose(out, np.full(4, want, np.float32), rtol=1e-4)
+        plan = f.lower(x).compile()
+        if plan.graphs is not None:   # a real GPU: the step was captured, loop included
+            from cuda.bindings import driver as cb
+            assert plan.graph_error is None
+            (e,) = plan.graphs.entries.values()
+            sizes[n] = int(cb.cuGraphGetNodes(e.graph, 0)[2])
+    if not fcuda.simulator_active():
+        assert sizes[10] == sizes[10_000], sizes

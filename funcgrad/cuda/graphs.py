@@ -45,7 +45,8 @@ def _accumulate():
 
 
 class _Entry:
-    __slots__ = ("deferred", "exec", "graph", "handle", "row", "slot", "staged", "templates")
+    __slots__ = ("deferred", "exec", "graph", "handle", "keep", "row", "slot", "staged",
+                 "templates")
 
 
 class GraphSet:
@@ -175,10 +176,12 @@ class GraphSet:
         def on_defer(err):
             if len(deferred) >= 16:
                 raise RuntimeError("more than 16 device checks in one step")
-            acc[1, 1, self.stream](err.arr(), err.offset, sticky, row + len(deferred))
+            # on the current capture stream: inside a loop body, once per iteration
+            acc[1, 1, runtime.stream()](err.arr(), err.offset, sticky, row + len(deferred))
             deferred.append(err)
 
         runtime._stream, runtime._deferred, runtime._on_defer = self.stream, [], on_defer
+        runtime._keep = keep = []
         _ok(cb.cuStreamBeginCapture(self.handle,
                                     cb.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED))
         try:
@@ -188,6 +191,7 @@ class GraphSet:
             err, graph = cb.cuStreamEndCapture(self.handle)
             checks = runtime._deferred
             runtime._stream, runtime._deferred, runtime._on_defer = None, None, None
+            runtime._keep = None
         _ok((err,))
         if pool.k != len(plan.layout.sizes):
             raise memplan.PlanMismatch(f"{pool.k} allocations, recorded "
@@ -195,7 +199,7 @@ class GraphSet:
         e = _Entry()
         e.graph, e.exec = graph, _ok(cb.cuGraphInstantiate(graph, 0))
         e.handle = int(e.exec)
-        e.slot, e.row, e.deferred = slot, row, checks
+        e.slot, e.row, e.deferred, e.keep = slot, row, checks, keep
         e.staged = [(i, ins[i].block.ptr() + ins[i].offset * ins[i].dtype.itemsize)
                     for i, k in enumerate(key[1]) if k is None]
         e.templates = self._templates(outs, ins, pool, s)

@@ -1,12 +1,16 @@
-"""CUDA lowering of the loop primitives (funcgrad/loops.py): bodies run per iteration on the GPU.
+"""CUDA lowering of the loop primitives (funcgrad/loops.py): device-side loops in CUDA graphs.
 
 A loop's optimized body runs through a `_Body`: fused elementwise clusters (fusion.py) and the
-lowering table, like a jit Plan's steps, built once per loop and called once per iteration
-with the carry's buffers (x slices are views, each y is copied into its row of the stacked
-result). A scan launches only kernels, so a plan containing it can still be captured as a CUDA
-graph (one node per kernel per step). `while` reads its predicate back on the host every
-iteration and `cond` reads its index, so they synchronize with the device and cannot be
-captured: under capture they raise, and the plan launches its steps one by one instead.
+lowering table, like a jit Plan's steps. The loop's state (the carry, a scan's stacked ys and
+row buffers, an iteration counter on the device) lives in buffers of the step; each iteration
+copies its x rows in (picked by the device counter), runs the body on a pool of its own,
+copies y rows out and the new carry over the old. When a plan is captured as a CUDA graph on a
+real GPU, the loop is one conditional node (condgraph.py): a scan or while_loop a WHILE node
+whose body is one iteration and decides on the device whether to run again; a cond a SWITCH
+node. The graph's size is then independent of the trip count and nothing waits on the host.
+Elsewhere (eager calls, a plan's first calls, the simulator) the host runs the iterations:
+`while` and `cond` read their predicate or index back. A body with host callbacks
+(debug.print) cannot be captured: the plan then launches its steps one by one.
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ import numpy as np
 from ..core import Array, Lit
 from ..loops import ExecRec, loop_out_p, loop_run_effect_p, loop_run_p
 from . import arrays, fusion, runtime
+from . import condgraph as cg
 from . import elementwise as ew
 from .arrays import DeviceBuffer
 
@@ -78,49 +83,198 @@ def _bodies(ex: ExecRec, table) -> list:
     return hit
 
 
-def _row(buf: DeviceBuffer, i: int) -> DeviceBuffer:
-    return buf.view(buf.shape[1:], buf.strides[1:], buf.offset + i * buf.strides[0])
+class _HeldPool(arrays.Pool):
+    """The memory of a loop body captured into a graph: blocks taken from the process pool and
+    reused within the body in stream order, given back only when the graph is destroyed (the
+    graph keeps this pool: condgraph.keep)."""
+
+    def __init__(self):
+        super().__init__()
+        self.held: list = []
+
+    def alloc(self, nbytes: int):
+        b = self.bucket(nbytes)
+        lst = self.free.get(b)
+        if lst:
+            raw = lst.pop()
+        else:
+            blk = arrays.base_pool().alloc(b)
+            self.held.append(blk)
+            raw = blk.raw
+        return arrays.Block(raw, self)
+
+    def release(self, raw):
+        self.free.setdefault(raw.nbytes, []).append(raw)
 
 
-def _host_scalar(buf: DeviceBuffer, what: str):
-    """A device scalar read back on the host (a synchronization; not capturable)."""
-    if runtime._stream is not None:
-        raise RuntimeError(f"{what} is read back on the host each iteration, which a CUDA graph "
-                           "cannot capture; the plan launches its steps one by one instead")
-    return arrays.to_host(ew.contiguous(buf)).reshape(())
+def _body_pool():
+    """Where a body's intermediates go: never the step's pool, so a plan's recorded
+    allocations are the same whether its loops run on the host or as conditional nodes."""
+    if runtime.dry_run:
+        from .memplan import Recorder
+        return Recorder(arrays.base_pool(), fake=True)
+    if cg.device_loops():
+        p = _HeldPool()
+        cg.keep(p)
+        return p
+    return arrays.base_pool()
+
+
+def _no_host_calls(ex):
+    if ex.effectful and cg.device_loops():
+        raise RuntimeError(f"a {ex.kind} body with host callbacks (debug.print) cannot run "
+                           "inside a CUDA graph; the plan launches its steps one by one instead")
+
+
+def _state(avals_or_bufs, pool):
+    """Fixed buffers of the step (the loop's state), one per carry value, filled from bufs."""
+    out = []
+    for b in avals_or_bufs:
+        s = pool.empty(b.shape, b.dtype)
+        if s.size:
+            ew.run("copy", [b], s.dtype, out=s)
+        out.append(s)
+    return out
+
+
+def _assign(state, outs, bpool):
+    """state[j] <- outs[j]; an output that shares memory with the state is copied aside first
+    (a carry that swaps two values)."""
+    blocks = {id(s.block) for s in state}
+    with arrays.using_pool(bpool):
+        outs = [ew.run("copy", [o], o.dtype) if id(o.block) in blocks and o.size else o
+                for o in outs]
+    for s, o in zip(state, outs):
+        if s.size:
+            ew.run("copy", [o], s.dtype, out=s)
+
+
+def _flat(buf):
+    return buf.arr(), buf.offset
 
 
 def _scan(ex, bufs, table):
+    """Carry and row buffers are the step's; a device counter picks each iteration's rows."""
     (body,) = _bodies(ex, table)
+    _no_host_calls(ex)
     nc, nk, n = ex.n_consts, ex.n_carry, ex.length
-    consts, carry, xs = list(bufs[:nc]), list(bufs[nc:nc + nk]), bufs[nc + nk:]
+    consts, xs = list(bufs[:nc]), [ew.contiguous(x) for x in bufs[nc + nk:]]
     pool = arrays.pool()
+    carry = _state(bufs[nc:nc + nk], pool)
     ys = [pool.empty(a.shape, a.dtype) for a in ex.out_avals[nk:]]
-    for t in range(n):
-        i = n - 1 - t if ex.reverse else t
-        outs = body(consts + carry + [_row(x, i) for x in xs])
-        carry = outs[:nk]
+    rows = [pool.empty(x.shape[1:], x.dtype) for x in xs]
+    ctr = pool.empty((1,), np.int64)
+    rev = 1 if ex.reverse else 0
+    cg.launch1(cg.counter_kernel("counter_reset"), *_flat(ctr))
+    if n == 0:
+        return carry + ys
+    row_in, row_out = cg.counter_kernel("row_in"), cg.counter_kernel("row_out")
+
+    def iteration(bpool, last):
+        for x, r in zip(xs, rows):
+            if r.size:
+                cg.launch_rows(row_in, r.size, *_flat(x), *_flat(r), *_flat(ctr), n, r.size, rev)
+        with arrays.using_pool(bpool):
+            outs = body(consts + carry + rows)
+            outs = outs[:nk] + [ew.contiguous(o) for o in outs[nk:]]
         for y, o in zip(ys, outs[nk:]):
-            if y.size:
-                ew.run("copy", [o], y.dtype, out=_row(y, i))
+            if o.size:
+                cg.launch_rows(row_out, o.size, *_flat(o), *_flat(y), *_flat(ctr), n, o.size,
+                               rev)
+        _assign(carry, outs[:nk], bpool)
+        last(*_flat(ctr))
+
+    if cg.device_loops():
+        handle = cg.new_handle(default=1)
+        (graph,) = cg.add_node("while", handle)
+        step, h = cg.set_kernel("counter_step_cond"), cg.value(handle)
+        with cg.capture_into(graph):
+            iteration(_body_pool(), lambda c, o: cg.launch1(step, c, o, n, h))
+    else:
+        step = cg.counter_kernel("counter_step")
+        bpool = _body_pool()
+        for _ in range(1 if runtime.dry_run else n):
+            iteration(bpool, lambda c, o: cg.launch1(step, c, o))
+        if runtime.dry_run and not runtime.SIM:   # compiled with the rest
+            cg.launch1(cg.set_kernel("counter_step_cond"), *_flat(ctr), n, cg.value(0))
     return carry + ys
 
 
 def _while(ex, bufs, table):
-    """The predicate is copied to the host and tested there once per iteration."""
+    """The carry lives in the step's buffers; the predicate is tested on the device (in a
+    graph) or read back on the host."""
     cond, body = _bodies(ex, table)
+    _no_host_calls(ex)
     ncc, nbc = ex.n_cconsts, ex.n_bconsts
     cconsts, bconsts = list(bufs[:ncc]), list(bufs[ncc:ncc + nbc])
-    carry = list(bufs[ncc + nbc:])
-    while bool(_host_scalar(cond(cconsts + carry)[0], "a while_loop's condition")):
-        carry = body(bconsts + carry)
+    carry = _state(bufs[ncc + nbc:], arrays.pool())
+    bpool = _body_pool()
+
+    def test():
+        with arrays.using_pool(bpool):
+            return ew.contiguous(cond(cconsts + carry)[0])
+
+    def iteration():
+        with arrays.using_pool(bpool):
+            outs = body(bconsts + carry)
+        _assign(carry, outs, bpool)
+
+    if cg.device_loops():
+        setf, handle = cg.set_kernel("set_flag"), cg.new_handle()
+        h = cg.value(handle)
+        cg.launch1(setf, *_flat(test()), h)
+        (graph,) = cg.add_node("while", handle)
+        with cg.capture_into(graph):
+            iteration()
+            cg.launch1(setf, *_flat(test()), h)
+        return carry
+    if runtime.dry_run:   # compile both bodies
+        p = test()
+        iteration()
+        if not runtime.SIM:
+            cg.launch1(cg.set_kernel("set_flag"), *_flat(p), cg.value(0))
+        return carry
+    while bool(_host_scalar(test(), "a while_loop's condition")):
+        iteration()
     return carry
 
 
 def _cond(ex, bufs, table):
-    """The branch index is copied to the host, which runs that branch's body."""
-    k = int(np.clip(_host_scalar(bufs[0], "a cond's branch index"), 0, len(ex.bodies) - 1))
-    return _bodies(ex, table)[k](list(bufs[1:]))
+    """Results go to the step's buffers: a SWITCH node runs the branch the index picks (in a
+    graph), else the index is read back on the host."""
+    branches = _bodies(ex, table)
+    _no_host_calls(ex)
+    pool = arrays.pool()
+    res = [pool.empty(a.shape, a.dtype) for a in ex.out_avals]
+    ops, idx = list(bufs[1:]), ew.contiguous(bufs[0])
+    bpool = _body_pool()
+    nb = len(branches)
+
+    def run(k):
+        with arrays.using_pool(bpool):
+            outs = branches[k](ops)
+        _assign(res, outs, bpool)
+
+    if cg.device_loops():
+        handle = cg.new_handle()
+        cg.launch1(cg.set_kernel("set_index"), *_flat(idx), nb, cg.value(handle))
+        for k, g in enumerate(cg.add_node("switch", handle, nb)):
+            with cg.capture_into(g):
+                run(k)
+        return res
+    if runtime.dry_run:   # compile every branch
+        for k in range(nb):
+            run(k)
+        if not runtime.SIM:
+            cg.launch1(cg.set_kernel("set_index"), *_flat(idx), nb, cg.value(0))
+        return res
+    run(int(np.clip(_host_scalar(idx, "a cond's branch index"), 0, nb - 1)))
+    return res
+
+
+def _host_scalar(buf: DeviceBuffer, what: str):
+    """A device scalar read back on the host (a synchronization: eager calls only)."""
+    return arrays.to_host(ew.contiguous(buf)).reshape(())
 
 
 _RUN = {"scan": _scan, "while": _while, "cond": _cond}

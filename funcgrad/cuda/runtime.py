@@ -198,6 +198,7 @@ def jit_opts() -> str:
 _stream = None     # numba Stream of the plan being captured or replayed; None: legacy default
 _deferred = None   # list while capturing: device error flags to read back after each replay
 _on_defer = None   # while a graph is captured: called with each deferred flag buffer
+_keep = None       # list while a graph is captured: objects its nodes need alive (loop bodies)
 dry_run = False    # compile.dry_run: launches are recorded, host reads return zeros
 after_sync: list = []   # called after the host waited for the device (deferred graph checks)
 
