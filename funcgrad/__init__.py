@@ -52,4 +52,7 @@ from .api_more import (  # noqa: F401,E402
     process_indices,
 )
 
+from .api_config import debug_nans, enable_x64, float0  # noqa: F401,E402
+from ._lax_solvers import closure_convert  # noqa: F401,E402
+
 __version__ = "0.1.0"

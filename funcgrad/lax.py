@@ -67,7 +67,7 @@ def convert_element_type(operand, new_dtype):
     return P.convert(operand, np.dtype(new_dtype))
 
 
-def iota(dtype, size):
+def iota(dtype, size):  # noqa: F811  (JAX's parameter name shadows lax.dtype)
     return bind(P.iota_p, dtype=np.dtype(dtype), shape=(int(size),), dimension=0)
 
 
@@ -97,12 +97,46 @@ def select(pred, on_true, on_false):
     return P.select(pred, on_true, on_false)
 
 
-from ._lax_ext import *  # noqa: E402,F401,F403  (issue 12: the rest of lax's names)
+from ._lax_bits import bitcast_convert_type, clz, reduce_precision  # noqa: F401
+from ._lax_ext import *
+from ._lax_more import (  # noqa: F401  (issue 12: more of lax)
+    broadcast_like,
+    broadcast_shapes,
+    dtype,
+    empty,
+    index_take,
+    reduce,
+    reduce_xor,
+    split,
+    tile,
+)
+from ._lax_solvers import custom_linear_solve, custom_root, ragged_dot  # noqa: F401
+from ._special_gamma import (  # noqa: F401
+    betainc,
+    igamma,
+    igamma_grad_a,
+    igammac,
+    random_gamma_grad,
+)
+from ._special_zeta import bessel_i0e, bessel_i1e, polygamma, zeta  # noqa: F401
+from .lax_slicing import (  # noqa: F401  (XLA-style gather / scatter)
+    GatherDimensionNumbers,
+    GatherScatterMode,
+    ScatterDimensionNumbers,
+    gather,
+    scatter,
+    scatter_add,
+    scatter_max,
+    scatter_min,
+    scatter_mul,
+    scatter_sub,
+)
+from .numpy import nextafter  # noqa: F401
 
 # The primitives themselves under JAX's lax.<name>_p names (`lax.add_p.bind(x, y)`), for the
 # ones whose operands and params mean what JAX's do: elementwise ops on equal shapes, the
 # reductions over `axes` and transpose's `permutation`.
-from .prims import (  # noqa: E402,F401
+from .prims import (  # noqa: F401
     abs_p,
     add_p,
     and_p,
@@ -146,15 +180,4 @@ from .prims import (  # noqa: E402,F401
     transpose_p,
     xor_p,
 )
-from .prims_complex import complex_p, conj_p, imag_p, real_p  # noqa: E402,F401
-from .lax_slicing import (  # noqa: E402,F401  (XLA-style gather / scatter)
-    GatherDimensionNumbers,
-    GatherScatterMode,
-    ScatterDimensionNumbers,
-    gather,
-    scatter,
-    scatter_add,
-    scatter_max,
-    scatter_min,
-    scatter_mul,
-)
+from .prims_complex import complex_p, conj_p, imag_p, real_p  # noqa: F401

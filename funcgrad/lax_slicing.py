@@ -260,3 +260,22 @@ scatter_min = _scatter_api("scatter_min", "min", "lax.scatter_min: minimum at th
                            "vectors (see scatter_add).")
 scatter_max = _scatter_api("scatter_max", "max", "lax.scatter_max: maximum at the index "
                            "vectors (see scatter_add).")
+
+
+def scatter_sub(operand, scatter_indices, updates, dimension_numbers, *,
+                indices_are_sorted=False, unique_indices=False, mode=None):
+    """lax.scatter_sub: the updates' windows subtracted at the index vectors (repeated
+    positions subtract every update).
+
+    Example:
+        >>> import numpy as np
+        >>> from funcgrad import lax
+        >>> dn = lax.ScatterDimensionNumbers(update_window_dims=(), inserted_window_dims=(0,),
+        ...                                  scatter_dims_to_operand_dims=(0,))
+        >>> np.asarray(lax.scatter_sub(np.zeros(3), np.array([[1], [1]]), np.ones(2),
+        ...                            dn)).tolist()
+        [0.0, -2.0, 0.0]
+    """
+    operand = fnp.asarray(operand)
+    return _scatter("scatter_sub", "add", operand, scatter_indices,
+                    fnp.negative(fnp.asarray(updates, operand.dtype)), dimension_numbers, mode)

@@ -7,6 +7,8 @@ Example:
 """
 from __future__ import annotations
 
+import dataclasses
+
 from . import tree_util as _tu
 
 map = _tu.tree_map  # noqa: A001 - JAX's name
@@ -68,3 +70,21 @@ def reduce_associative(operation, tree, *, identity=_NO_IDENTITY, is_leaf=None):
         pairs = [operation(xs[i], xs[i + 1]) for i in range(0, len(xs) - 1, 2)]
         xs = pairs + ([xs[-1]] if len(xs) % 2 else [])
     return xs[0]
+
+
+def static(**kwargs):
+    """A dataclasses.field marked static (jax.tree.static): with register_dataclass, the field
+    is part of the tree structure rather than a leaf. Takes dataclasses.field's arguments.
+
+    Example:
+        >>> import dataclasses, funcgrad
+        >>> @funcgrad.tree_util.register_dataclass
+        ... @dataclasses.dataclass
+        ... class Op:
+        ...     x: float
+        ...     kind: str = funcgrad.tree.static(default="add")
+        >>> funcgrad.tree.leaves(Op(1.0))
+        [1.0]
+    """
+    metadata = {"static": True, **(kwargs.pop("metadata", None) or {})}
+    return dataclasses.field(metadata=metadata, **kwargs)

@@ -107,7 +107,7 @@ def set_kernel(name: str):
 
 def device_loops() -> bool:
     """True while a plan is captured on a real GPU: loops become conditional nodes."""
-    return runtime.capturing() and not runtime.SIM and not runtime.dry_run
+    return runtime._keep is not None and not runtime.SIM and not runtime.dry_run
 
 
 def launch1(kernel, *args):

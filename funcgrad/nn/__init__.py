@@ -24,3 +24,8 @@ from ._functions import (  # noqa: F401
     swish,
 )
 from ._activations import *  # noqa: E402,F401,F403  (issue 12: the rest of jax.nn)
+from ._scaled import (  # noqa: E402,F401  (block-scaled matmuls)
+    get_scaled_dot_general_config,
+    scaled_dot_general,
+    scaled_matmul,
+)
