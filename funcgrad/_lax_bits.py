@@ -54,8 +54,7 @@ def _bits_to_float(i, dt):
     itype = np.dtype(_INT[64] if width == 64 else _INT[32])
     i = fnp.asarray(i, itype)
     neg = i < 0
-    low = fnp.where(neg, i - (np.iinfo(itype).min if width == itype.itemsize * 8
-                              else -2 ** (width - 1)), i)
+    low = fnp.bitwise_and(i, itype.type(2 ** (width - 1) - 1))    # the bits below the sign
     biased = fnp.right_shift(low, itype.type(nmant))
     mant = fnp.asarray(fnp.bitwise_and(low, itype.type(2 ** nmant - 1)), work)
     top = 2 ** (width - 1 - nmant) - 1
