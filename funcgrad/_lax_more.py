@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import builtins
+import functools
 import itertools
 import operator
 
@@ -257,3 +258,25 @@ def split(operand, sizes, axis=0):
     cuts = np.cumsum([0] + sizes)
     return [x[(slice(None),) * axis + (slice(int(a), int(b)),)]
             for a, b in itertools.pairwise(cuts)]
+
+
+def composite(decomposition, name, version=0):
+    """Mark `decomposition` as the named composite op `name` (lax.composite). XLA may lower a
+    composite to a fused kernel; funcgrad always runs the decomposition, so the result is the
+    function itself (its derivatives, batching and jit those of the decomposition).
+
+    Example:
+        >>> import numpy as np
+        >>> from funcgrad import lax
+        >>> hardtanh = lax.composite(lambda x: lax.clamp(-1.0, x, 1.0), name="my.hardtanh")
+        >>> hardtanh(np.array([-2.0, 0.5])).tolist()
+        [-1.0, 0.5]
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"lax.composite: name must be a non-empty str, got {name!r}")
+
+    @functools.wraps(decomposition)
+    def fn(*args, **kwargs):
+        return decomposition(*args, **kwargs)
+    fn.composite_name, fn.composite_version = name, int(version)
+    return fn

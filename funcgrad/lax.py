@@ -102,6 +102,7 @@ from ._lax_ext import *
 from ._lax_more import (  # noqa: F401  (issue 12: more of lax)
     broadcast_like,
     broadcast_shapes,
+    composite,
     dtype,
     empty,
     index_take,

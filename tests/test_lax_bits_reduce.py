@@ -210,6 +210,8 @@ def test_shape_helpers(rng):
     with pytest.raises(ValueError, match="sum to axis 1"):
         lax.split(x, (1, 1), axis=1)
     assert float(lax.nextafter(np.float32(1.0), np.float32(2.0))) == 1.0 + 2.0 ** -23
+    sq = lax.composite(lambda x: x * x, name="my.square", version=2)
+    assert sq.composite_name == "my.square" and float(funcgrad.grad(sq)(3.0)) == 6.0
 
 
 def test_against_jax_helpers(rng):
