@@ -59,6 +59,7 @@ def row_out(src, soff, dst, doff, c, coff, n, rowsize, reverse):
         i += step
 """
 
+# not cache=True: numba cannot cache kernels that link a library (compiled in-process, ~1 s)
 _SET = """
 from numba import types
 from numba.cuda.cudadrv.libs import get_cudalib
@@ -67,7 +68,16 @@ set_cond = cuda.declare_device("cudaGraphSetConditional", types.void(types.uint6
                                link=[get_cudalib("cudadevrt", static=True)], abi="c")
 
 
-@cuda.jit(cache=True)
+@cuda.jit
+def counter_start_cond(c, off, handle):
+    # counter = 0 and run the body (set here, not as the handle's default: a default is
+    # applied once per launch of the whole graph, not per run of an enclosing loop's body)
+    if cuda.grid(1) == 0:
+        c[off] = 0
+        set_cond(handle, types.uint32(1))
+
+
+@cuda.jit
 def counter_step_cond(c, off, n, handle):
     # counter += 1; run the body again while counter < n
     if cuda.grid(1) == 0:
@@ -76,13 +86,13 @@ def counter_step_cond(c, off, n, handle):
         set_cond(handle, types.uint32(1 if k < n else 0))
 
 
-@cuda.jit(cache=True)
+@cuda.jit
 def set_flag(p, poff, handle):
     if cuda.grid(1) == 0:
         set_cond(handle, types.uint32(1 if p[poff] else 0))
 
 
-@cuda.jit(cache=True)
+@cuda.jit
 def set_index(p, poff, nb, handle):
     # the branch index, clamped to [0, nb - 1] as lax.switch does
     if cuda.grid(1) == 0:
@@ -146,13 +156,11 @@ def _capture_graph():
     return cb, s, info[3], info[4], info[6]
 
 
-def new_handle(default: int | None = None):
-    """A conditional handle in the graph being captured; `default` (when given) is its value
-    at the start of every launch, else a kernel before the node sets it."""
+def new_handle():
+    """A conditional handle in the graph being captured (a kernel before the node sets it)."""
     cb, _, graph, _, _ = _capture_graph()
     ctx = _ok(cb.cuCtxGetCurrent())
-    flags = cb.CU_GRAPH_COND_ASSIGN_DEFAULT if default is not None else 0
-    return _ok(cb.cuGraphConditionalHandleCreate(graph, ctx, int(default or 0), flags))
+    return _ok(cb.cuGraphConditionalHandleCreate(graph, ctx, 0, 0))
 
 
 def value(handle) -> np.uint64:

@@ -165,7 +165,6 @@ def _scan(ex, bufs, table):
     rows = [pool.empty(x.shape[1:], x.dtype) for x in xs]
     ctr = pool.empty((1,), np.int64)
     rev = 1 if ex.reverse else 0
-    cg.launch1(cg.counter_kernel("counter_reset"), *_flat(ctr))
     if n == 0:
         return carry + ys
     row_in, row_out = cg.counter_kernel("row_in"), cg.counter_kernel("row_out")
@@ -185,18 +184,19 @@ def _scan(ex, bufs, table):
         last(*_flat(ctr))
 
     if cg.device_loops():
-        handle = cg.new_handle(default=1)
+        handle = cg.new_handle()
+        h = cg.value(handle)
+        cg.launch1(cg.set_kernel("counter_start_cond"), *_flat(ctr), h)
         (graph,) = cg.add_node("while", handle)
-        step, h = cg.set_kernel("counter_step_cond"), cg.value(handle)
+        step = cg.set_kernel("counter_step_cond")
         with cg.capture_into(graph):
             iteration(_body_pool(), lambda c, o: cg.launch1(step, c, o, n, h))
     else:
+        cg.launch1(cg.counter_kernel("counter_reset"), *_flat(ctr))
         step = cg.counter_kernel("counter_step")
         bpool = _body_pool()
         for _ in range(1 if runtime.dry_run else n):
             iteration(bpool, lambda c, o: cg.launch1(step, c, o))
-        if runtime.dry_run and not runtime.SIM:   # compiled with the rest
-            cg.launch1(cg.set_kernel("counter_step_cond"), *_flat(ctr), n, cg.value(0))
     return carry + ys
 
 
@@ -229,10 +229,8 @@ def _while(ex, bufs, table):
             cg.launch1(setf, *_flat(test()), h)
         return carry
     if runtime.dry_run:   # compile both bodies
-        p = test()
+        test()
         iteration()
-        if not runtime.SIM:
-            cg.launch1(cg.set_kernel("set_flag"), *_flat(p), cg.value(0))
         return carry
     while bool(_host_scalar(test(), "a while_loop's condition")):
         iteration()
@@ -265,8 +263,6 @@ def _cond(ex, bufs, table):
     if runtime.dry_run:   # compile every branch
         for k in range(nb):
             run(k)
-        if not runtime.SIM:
-            cg.launch1(cg.set_kernel("set_index"), *_flat(idx), nb, cg.value(0))
         return res
     run(int(np.clip(_host_scalar(idx, "a cond's branch index"), 0, nb - 1)))
     return res
