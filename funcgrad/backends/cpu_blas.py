@@ -97,7 +97,11 @@ class Adaptive:
     Each way's time is an exponential average of its runs. The slower way is tried again
     after `explore` calls, an interval that doubles (to 4096) each time it loses again and
     resets when it wins, so a way that collapses under load is rarely retried while the load
-    lasts. A run over 4x its way's average counts at once (a sudden stall switches).
+    lasts. A try of the slower way counts as its time now (not blended into its history), so
+    it wins back at once when it is fast again. A run over 4x its way's average counts at
+    once (a sudden stall switches), and the way it stalled is tried again 8 calls later: a
+    single preempted product on a busy machine had kept C2's products on one thread for
+    hundreds of steps (~0.4 ms a step) while the stall's time decayed out of the average.
     """
 
     def __init__(self, ways, clock=None):
@@ -115,13 +119,16 @@ class Adaptive:
         self.ways[k](*args)
         dt = self.clock() - t
         a = self.avg[k]
-        self.avg[k] = dt if a is None or dt > 4 * a else 0.7 * a + 0.3 * dt
-        if k != self.best:
+        if k != self.best:   # a try of the other way: its time now
+            self.avg[k] = dt
             self.since = 0
-            self.explore = 8 if self.avg[k] < self.avg[self.best] else min(
-                2 * self.explore, 4096)
+            self.explore = 8 if dt < self.avg[self.best] else min(2 * self.explore, 4096)
         else:
+            stall = a is not None and dt > 4 * a
+            self.avg[k] = dt if a is None or stall else 0.7 * a + 0.3 * dt
             self.since += 1
+            if stall and self.avg[other] is not None and self.avg[other] < dt:
+                self.since, self.explore = 0, 8   # switching on a stall: look back soon
         if self.avg[other] is not None and self.avg[other] < self.avg[self.best]:
             self.best = other
 

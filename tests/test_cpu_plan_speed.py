@@ -1,0 +1,104 @@
+"""CPU plan speed-ups that must not change results: kernels storing several outputs in one
+innermost loop each, and the BLAS threading choice recovering from a single stall."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import funcgrad.numpy as fnp
+from funcgrad import jit, nn
+
+
+def _plans(monkeypatch, f, *args):
+    monkeypatch.setenv("FUNCGRAD_CPU_FUSE", "0")
+    plain = jit(f)
+    want = plain(*args)
+    monkeypatch.setenv("FUNCGRAD_CPU_FUSE", "1")
+    monkeypatch.setenv("FUNCGRAD_CPU_FUSE_AFTER", "0")
+    fused = jit(f)
+    got = fused(*args)
+    return fused.lower(*args).compile(), got, want
+
+
+@pytest.mark.parametrize("shape", [(7, 13), (3, 1, 5), (1, 9), (16, 40)])
+def test_multi_output_kernels_split_their_stores_and_equal_numpy(monkeypatch, rng, shape):
+    # a forward layer's bias add, ReLU and the backward's mask (float and bool outputs of a
+    # broadcasting cluster, so a loop over coordinates): one innermost loop per output
+    x = rng.standard_normal(shape).astype(np.float32)
+    b = rng.standard_normal(shape[-1:]).astype(np.float32)
+
+    def f(x, b):
+        z = x + b
+        h = nn.relu(z)
+        return h, z > 0, z * 3.0 - b
+
+    plan, got, want = _plans(monkeypatch, f, x, b)
+    import inspect
+    kernel = next(s.fn for s in plan.program.steps if s.kind == "kernel")
+    src = inspect.getsource(kernel.py_func)
+    inner = f"for i{len(shape) - 1} in range("
+    assert src.count(inner) == 3, src
+    for g, w in zip(got, want):
+        assert np.asarray(g).dtype == np.asarray(w).dtype
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+
+
+def test_expensive_shared_ops_keep_one_loop(monkeypatch, rng):
+    # with inexact ops fused (FUNCGRAD_CPU_EXACT=0) a shared exp is computed once, not per output
+    monkeypatch.setenv("FUNCGRAD_CPU_EXACT", "0")
+    x = rng.standard_normal((5, 6)).astype(np.float32)
+    b = rng.standard_normal(6).astype(np.float32)
+
+    def f(x, b):
+        e = fnp.exp(x + b)
+        return e * 2.0, e + 1.0
+
+    plan, got, want = _plans(monkeypatch, f, x, b)
+    import inspect
+    kernel = next(s.fn for s in plan.program.steps if s.kind == "kernel")
+    assert inspect.getsource(kernel.py_func).count("for i1 in range(") == 1
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-6)
+
+
+def test_mlp_backward_with_split_kernels_equals_numpy_bit_for_bit(monkeypatch, rng):
+    w1 = (rng.standard_normal((12, 20)) * 0.3).astype(np.float32)
+    w2 = (rng.standard_normal((20, 4)) * 0.3).astype(np.float32)
+    b1 = rng.standard_normal(20).astype(np.float32)
+    x = rng.standard_normal((9, 12)).astype(np.float32)
+    y = rng.integers(0, 4, 9).astype(np.int32)
+
+    def loss(w1, b1, w2):
+        h = nn.relu(x @ w1 + b1)
+        return fnp.mean(nn.softmax_cross_entropy_with_integer_labels(h @ w2, y))
+
+    from funcgrad import value_and_grad
+    _, got, want = _plans(monkeypatch, value_and_grad(loss, argnums=(0, 1, 2)), w1, b1, w2)
+    from funcgrad.tree_util import tree_leaves
+    for g, w in zip(tree_leaves(got), tree_leaves(want)):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+
+
+def test_adaptive_looks_back_soon_after_a_single_stall():
+    from funcgrad.backends.cpu_blas import Adaptive
+    now, cost, used = [0.0], [1.0, 2.0], []
+
+    def way(k):
+        def run():
+            used.append(k)
+            now[0] += cost[k]
+        return run
+
+    ad = Adaptive((way(0), way(1)), clock=lambda: now[0])
+    for _ in range(200):   # way 0 wins; way 1 is retried ever more rarely
+        ad()
+    assert ad.best == 0 and ad.explore > 8
+    cost[0] = 50.0          # one preempted run of way 0 ...
+    ad()
+    cost[0] = 1.0           # ... and it is fast again
+    used.clear()
+    for _ in range(12):
+        ad()
+    # way 1 runs until way 0 is retried (within 8 calls), which wins back at once
+    assert used[0] == 1 and 0 in used[:9] and used[-3:] == [0, 0, 0]
+    assert ad.best == 0
