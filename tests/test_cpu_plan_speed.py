@@ -102,3 +102,27 @@ def test_adaptive_looks_back_soon_after_a_single_stall():
     # way 1 runs until way 0 is retried (within 8 calls), which wins back at once
     assert used[0] == 1 and 0 in used[:9] and used[-3:] == [0, 0, 0]
     assert ad.best == 0
+
+
+def test_constant_fills_are_computed_in_the_kernels_that_read_them(monkeypatch, rng):
+    # CSE shares one broadcast zeros between a ReLU and the backward's select; the kernels
+    # compute it in registers, none stores it, and the gradients keep numpy's bits
+    from funcgrad import value_and_grad
+    from funcgrad.backends import cpu_plan
+    from funcgrad.tree_util import tree_leaves
+    w = (rng.standard_normal((6, 16)) * 0.5).astype(np.float32)
+    b = rng.standard_normal(16).astype(np.float32)
+    x = rng.standard_normal((11, 6)).astype(np.float32)
+
+    def loss(w, b):
+        h = nn.relu(x @ w + b)
+        return fnp.sum(nn.relu(h * 2.0 - 1.0) * h)
+
+    f = value_and_grad(loss, argnums=(0, 1))
+    plan, got, want = _plans(monkeypatch, f, w, b)
+    stored = sum(len(s.outs) for s in plan.program.steps if s.kind == "kernel")
+    monkeypatch.setattr(cpu_plan, "_inline_fills", lambda clustered, expr: clustered)
+    before, _, _ = _plans(monkeypatch, f, w, b)
+    assert stored < sum(len(s.outs) for s in before.program.steps if s.kind == "kernel")
+    for g, w_ in zip(tree_leaves(got), tree_leaves(want)):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w_))
