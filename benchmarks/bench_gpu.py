@@ -38,8 +38,10 @@ def mlp_step_ms(batch, sizes, reps=20, steps_per_call=1):
 
 def graph_info(plan):
     """Whether the plan replays as a CUDA graph (and why not)."""
+    g = getattr(plan, "graphs", None)
     emit(what="plan", graph=getattr(plan, "graph", None) is not None,
-         graph_error=getattr(plan, "graph_error", None), steps=len(getattr(plan, "steps", [])))
+         graph_error=getattr(plan, "graph_error", None), steps=len(getattr(plan, "steps", [])),
+         rewired=getattr(g, "rewired", None))
 
 
 def w2_gpt(donate=False):

@@ -268,6 +268,7 @@ def test_gemm_wiring_through_a_model_cublas(monkeypatch, rng):
     model = _ModelCublas()
     monkeypatch.setattr(blas, "_state", {"api": model, "why": ""})
     monkeypatch.setattr(blas, "WORKSPACE", 256)
+    monkeypatch.setattr(blas, "_lanes", [])
     a = rng.standard_normal((2, 3, 5)).astype("float32")
     b = rng.standard_normal((2, 5, 4)).astype("float32")
     want = a.astype(np.float64) @ b

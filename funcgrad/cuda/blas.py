@@ -39,7 +39,10 @@ COMPUTE_32F_FAST_16BF, COMPUTE_32F_FAST_TF32 = 75, 77
 OP_N, OP_T = 0, 1
 GEMM_DEFAULT = -1
 INT_MAX = 2 ** 31 - 1
-WORKSPACE = 32 << 20   # cuBLAS's recommended workspace on Hopper
+WORKSPACE = 8 << 20    # bytes per workspace lane
+LANES = 4              # workspaces GEMMs of a captured graph take in turn (concurrent.py)
+_lanes: list = []
+_turn = [0]
 
 # alpha = 1, beta = 0 in host memory (cuBLAS's default pointer mode reads them at call time)
 _ONE = {k: np.ones(1, k) for k in ("float32", "float64")}
@@ -236,13 +239,27 @@ def _ptr(buf) -> int:
     return buf.block.ptr() + buf.offset * buf.dtype.itemsize
 
 
+def _workspace() -> int:
+    """cuBLAS's workspace: while a graph is captured, one of LANES buffers in turn, so GEMMs
+    that may run side by side seldom share one (concurrent.py orders those that do); else
+    lane 0 (eager and uncaptured calls run in stream order)."""
+    if not _lanes:
+        from .arrays import base_pool
+        _lanes.extend(base_pool().empty((WORKSPACE,), np.uint8) for _ in range(LANES))
+    k = 0
+    if runtime._keep is not None:
+        k = _turn[0] = (_turn[0] + 1) % LANES
+    p = _ptr(_lanes[k])
+    runtime.note_write(p, WORKSPACE)
+    return p
+
+
 def gemm(x, xs, y, ys, out, Bn, M, N, K, precision=None) -> bool:
     """out (Bn, M, N contiguous) = x @ y by cuBLAS; False when cuBLAS cannot take it (the
     caller runs the numba kernel). x/y are DeviceBuffers whose (batch, row, contract) /
     (batch, contract, col) element strides are xs / ys from their offsets."""
     if not available(x.dtype) or out.dtype != x.dtype:   # C is written in the operands' type
         return False
-    from .arrays import pool
     from .elementwise import contiguous
     args = plan(Bn, M, N, K, xs, ys)
     if args is None:   # a layout cuBLAS cannot read: copy the operand(s) it cannot
@@ -258,16 +275,16 @@ def gemm(x, xs, y, ys, out, Bn, M, N, K, precision=None) -> bool:
     ta, tb, m, n, k, lda, sa, ldb, sb, ldc, sc, batch = args
     dt = CUDA_R[x.dtype.name]
     scal = "float64" if x.dtype.name == "float64" else "float32"
-    ws = pool().empty((WORKSPACE,), np.uint8)
     if runtime.dry_run:   # compile.dry_run records numba launches only
         return True
+    ws = _workspace()
     s = runtime.stream()
     stream = 0 if isinstance(s, int) else int(s.handle)
     full = (ta, tb, m, n, k, _ONE[scal].ctypes.data, _ptr(y), dt, lda, sa, _ptr(x), dt, ldb,
             sb, _ZERO[scal].ctypes.data, _ptr(out), dt, ldc, sc, batch,
             compute_type(x.dtype, precision), GEMM_DEFAULT)
     try:
-        _state["api"].gemm(stream, _ptr(ws), WORKSPACE, full)
+        _state["api"].gemm(stream, ws, WORKSPACE, full)
     except Exception as e:   # noqa: BLE001 - name the product that failed
         raise RuntimeError(f"cuBLAS GEMM failed for {x.dtype.name} batch={Bn} M={M} N={N} "
                            f"K={K} (precision={precision}): {e}") from e

@@ -15,16 +15,19 @@ synchronization.
 """
 from __future__ import annotations
 
+import os
 import weakref
 from collections import OrderedDict
 
 import numpy as np
 
 from ..core import Array, source_info
-from . import arrays, memplan, runtime
+from . import arrays, concurrent, memplan, runtime
 from .arrays import DeviceBuffer
 
 MAX_GRAPHS = 6
+# independent steps run side by side (concurrent.py); FUNCGRAD_CONCURRENT_GRAPHS=0: one chain
+CONCURRENT = os.environ.get("FUNCGRAD_CONCURRENT_GRAPHS", "1") != "0"
 BIG = np.iinfo(np.int64).max
 _plans_with_checks: weakref.WeakSet = weakref.WeakSet()
 
@@ -72,6 +75,7 @@ class GraphSet:
         self.sticky[:, 0], self.sticky[:, 1] = 0, BIG
         self.counts = self.sticky[:, 0]
         self.has_checks = False     # any graph with device checks (else counts stays zero)
+        self.rewired = None         # what concurrent.rewire did to the last captured graph
         self.free_slots = list(range(MAX_GRAPHS))
 
     # the call -------------------------------------------------------------------------------
@@ -182,6 +186,8 @@ class GraphSet:
 
         runtime._stream, runtime._deferred, runtime._on_defer = self.stream, [], on_defer
         runtime._keep = keep = []
+        tracker = concurrent.Tracker(self.handle) if CONCURRENT else None
+        runtime._tracker = tracker
         _ok(cb.cuStreamBeginCapture(self.handle,
                                     cb.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED))
         try:
@@ -191,8 +197,10 @@ class GraphSet:
             err, graph = cb.cuStreamEndCapture(self.handle)
             checks = runtime._deferred
             runtime._stream, runtime._deferred, runtime._on_defer = None, None, None
-            runtime._keep = None
+            runtime._keep = runtime._tracker = runtime._writes = None
         _ok((err,))
+        if tracker is not None:
+            self.rewired = concurrent.rewire(graph, tracker.steps)
         if pool.k != len(plan.layout.sizes):
             raise memplan.PlanMismatch(f"{pool.k} allocations, recorded "
                                        f"{len(plan.layout.sizes)}")

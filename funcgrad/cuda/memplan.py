@@ -18,6 +18,7 @@ import weakref
 
 import numpy as np
 
+from . import runtime
 from .arrays import Block, DeviceBuffer, Pool, Raw, c_strides
 
 ALIGN = 256
@@ -209,6 +210,9 @@ class ArenaPool(Pool):
             raise PlanMismatch(f"allocation {k} asked {nbytes} bytes, the plan recorded {want}")
         self.k += 1
         where, i = lay.places[k]
+        if runtime._writes is not None:    # a captured step's allocations (concurrent.py)
+            raw = self.arena[k] if where == "arena" else self.outs[i]
+            runtime.note_write(raw.ptr(), raw.nbytes)
         if where == "arena":
             return PlanBlock(self.arena[k])
         blk = PlanBlock(self.outs[i], self.owner, self.set_id)

@@ -316,10 +316,13 @@ class Plan:
             return self._lit(x) if isinstance(x, Lit) else env[x]
 
         prof = PROFILE if PROFILE is not None and runtime._deferred is None else None
+        tr = runtime._tracker
         for i, (kind, s) in enumerate(self.steps):
             if prof is not None:
                 runtime.load().synchronize()
                 t0 = time.perf_counter()
+            if tr is not None:
+                tr.begin()
             if kind == "eqn":
                 if s.prim.call_impl is not None:  # host calls (debug.print, pure_callback)
                     env[s.out] = self.backend.from_numpy(runtime.host_call(s, read))
@@ -328,6 +331,9 @@ class Plan:
                                        s.out.aval)
             else:
                 self._run_fused(s, env)
+            if tr is not None:
+                tr.end([read(x) for x in _reads(kind, s)],
+                       [env[s.out]] if kind == "eqn" else [env[o] for o in s.outputs])
             if prof is not None:
                 runtime.load().synchronize()
                 name = s.prim.name if kind == "eqn" else "fused"

@@ -199,6 +199,14 @@ _stream = None     # numba Stream of the plan being captured or replayed; None: 
 _deferred = None   # list while capturing: device error flags to read back after each replay
 _on_defer = None   # while a graph is captured: called with each deferred flag buffer
 _keep = None       # list while a graph is captured: objects its nodes need alive (loop bodies)
+_tracker = None    # concurrent.Tracker while a graph is captured: each step's memory
+_writes = None     # list while a captured step runs: device ranges it allocated or wrote
+
+
+def note_write(ptr: int, nbytes: int) -> None:
+    """Record that the step being captured writes [ptr, ptr + nbytes) (concurrent.py)."""
+    if _writes is not None:
+        _writes.append((ptr, ptr + nbytes))
 dry_run = False    # compile.dry_run: launches are recorded, host reads return zeros
 after_sync: list = []   # called after the host waited for the device (deferred graph checks)
 
