@@ -61,3 +61,15 @@ def test_results_get_slots_of_their_own():
     assert lay.places[1] == ("out", 0) and lay.out_sizes == [memplan._align(300)]
     assert lay.places[0][0] == lay.places[2][0] == "arena"
     assert lay.places[0][1] == lay.places[2][1] == 0      # the freed buffer's bytes are reused
+
+
+def test_reuse_follows_step_dependencies():
+    # step 0 makes a (dies at step 1); step 2 makes b. b may take a's bytes only when step 2
+    # depends on step 1 (else reuse would order two steps that could run side by side)
+    def run(anc):
+        rec = _recorder([("alloc", 256), ("free", 0), ("alloc", 256)])
+        rec.at = [[0, 1], [2, None]]
+        return memplan.pack(rec, [], anc).places
+    assert run(None)[1] == ("arena", 0)
+    assert run([0, 1, 0b10])[1] == ("arena", 0)          # step 2 depends on step 1: reuse
+    assert run([0, 1, 0])[1] == ("arena", memplan.ALIGN)  # independent: a fresh place

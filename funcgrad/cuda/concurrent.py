@@ -12,7 +12,12 @@ ordered through others; the instantiated graph runs independent steps side by si
 """
 from __future__ import annotations
 
+import os
+
 from . import runtime
+
+# independent steps run side by side; FUNCGRAD_CONCURRENT_GRAPHS=0 keeps capture's one chain
+CONCURRENT = os.environ.get("FUNCGRAD_CONCURRENT_GRAPHS", "1") != "0"
 
 
 def extent(buf):

@@ -15,7 +15,6 @@ synchronization.
 """
 from __future__ import annotations
 
-import os
 import weakref
 from collections import OrderedDict
 
@@ -26,8 +25,6 @@ from . import arrays, concurrent, memplan, runtime
 from .arrays import DeviceBuffer
 
 MAX_GRAPHS = 6
-# independent steps run side by side (concurrent.py); FUNCGRAD_CONCURRENT_GRAPHS=0: one chain
-CONCURRENT = os.environ.get("FUNCGRAD_CONCURRENT_GRAPHS", "1") != "0"
 BIG = np.iinfo(np.int64).max
 _plans_with_checks: weakref.WeakSet = weakref.WeakSet()
 
@@ -186,7 +183,7 @@ class GraphSet:
 
         runtime._stream, runtime._deferred, runtime._on_defer = self.stream, [], on_defer
         runtime._keep = keep = []
-        tracker = concurrent.Tracker(self.handle) if CONCURRENT else None
+        tracker = concurrent.Tracker(self.handle) if concurrent.CONCURRENT else None
         runtime._tracker = tracker
         _ok(cb.cuStreamBeginCapture(self.handle,
                                     cb.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED))

@@ -77,6 +77,7 @@ class Recorder(Pool):
         self.scratch = parent.alloc(256) if fake else None
         self.sizes: list[int] = []
         self.life: list[list] = []    # [birth, death or None]
+        self.at: list[list] = []      # [plan step of birth, of death or None]
         self.blocks: list = []        # weak references, to find the allocations still alive
         self.clock = 0
 
@@ -84,6 +85,7 @@ class Recorder(Pool):
         k = len(self.sizes)
         self.sizes.append(int(nbytes))
         self.life.append([self.clock, None])
+        self.at.append([runtime._step, None])
         self.clock += 1
         inner = (_FakeBlock(self.scratch.raw) if self.scratch is not None
                  else self.parent.alloc(nbytes))
@@ -93,6 +95,7 @@ class Recorder(Pool):
 
     def freed(self, k: int):
         self.life[k][1] = self.clock
+        self.at[k][1] = runtime._step
         self.clock += 1
 
 
@@ -119,9 +122,19 @@ class Layout:
                 f"{len(self.out_sizes)} outputs {sum(self.out_sizes)} B)")
 
 
-def pack(rec: Recorder, out_blocks) -> Layout:
+def _ordered(first, then, anc) -> bool:
+    """Allocation `then` (born at step then[0]) can take the memory of `first` (dead at step
+    first[1]) without a false dependency: `first`'s last use is an ancestor of `then`'s birth."""
+    d, b = first[1], then[0]
+    return d is None or b is None or d == b or bool(anc[b] >> d & 1)
+
+
+def pack(rec: Recorder, out_blocks, anc=None) -> Layout:
     """Offsets by liveness for every allocation of `rec`; `out_blocks` are the recorder's blocks
-    the step's results live in (each gets a slot of its own in the output sets)."""
+    the step's results live in (each gets a slot of its own in the output sets). With `anc`
+    (each plan step's ancestor steps as a bit mask), memory passes only from an allocation to
+    one whose step depends on its last use, so reuse adds no ordering between steps that could
+    run side by side in a concurrent graph (concurrent.py)."""
     out_k = {}
     for b in out_blocks:
         if isinstance(b, _RecBlock) and b.rec is rec and b.k not in out_k:
@@ -130,19 +143,28 @@ def pack(rec: Recorder, out_blocks) -> Layout:
     lives = [(s, d if d is not None else end) for s, d in rec.life]
     order = sorted((k for k in range(len(rec.sizes)) if k not in out_k),
                    key=lambda k: (-rec.sizes[k], lives[k][0]))
-    placed: list[tuple[int, int, int, int]] = []   # (offset, end offset, birth, death)
+    placed: list[tuple] = []   # (offset, end offset, birth, death, allocation)
     places: list = [None] * len(rec.sizes)
     top = 0
+    at = rec.at if anc is not None else None
+
+    def clash(b, d, k, pb, pd, pk):
+        if pb < d and b < pd:
+            return True
+        if anc is None:
+            return False
+        return not (_ordered(at[pk], at[k], anc) if pd <= b else _ordered(at[k], at[pk], anc))
+
     for k in order:
         size = _align(rec.sizes[k])
         b, d = lives[k]
-        busy = sorted((o, e) for o, e, pb, pd in placed if pb < d and b < pd)
+        busy = sorted((o, e) for o, e, pb, pd, pk in placed if clash(b, d, k, pb, pd, pk))
         off = 0
         for o, e in busy:
             if off + size <= o:
                 break
             off = max(off, e)
-        placed.append((off, off + size, b, d))
+        placed.append((off, off + size, b, d, k))
         places[k] = ("arena", off)
         top = max(top, off + size)
     out_sizes = [0] * len(out_k)

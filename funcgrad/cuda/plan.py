@@ -22,7 +22,7 @@ import weakref
 import numpy as np
 
 from ..core import Array, Lit, Var, source_info
-from . import arrays, fusion, memplan, runtime
+from . import arrays, concurrent, fusion, memplan, runtime
 from .lowering import lower
 
 # FUNCGRAD_PROFILE=1: plans run step by step with a synchronize around each step (no graphs) and
@@ -156,7 +156,8 @@ class Plan:
 
     def _set_layout(self, rec, outs):
         """The arena layout of recorder `rec` whose run returned `outs`, in-place results too."""
-        self.layout = memplan.pack(rec, [o.block for o in outs])
+        anc = self._ancestors() if concurrent.CONCURRENT else None
+        self.layout = memplan.pack(rec, [o.block for o in outs], anc)
         self.layout.alias = self._aliases(outs)
 
     def _record(self, bufs):
@@ -172,6 +173,20 @@ class Plan:
         self._set_layout(rec, outs)
         _raise_deferred(deferred)
         return outs
+
+    def _ancestors(self) -> list[int]:
+        """Per step, the steps it depends on through its operands (bit masks)."""
+        made, anc = {}, []
+        for i, (kind, s) in enumerate(self.steps):
+            m = 0
+            for x in _reads(kind, s):
+                j = made.get(x)
+                if j is not None:
+                    m |= anc[j] | (1 << j)
+            anc.append(m)
+            for o in ([s.out] if kind == "eqn" else s.outputs):
+                made[o] = i
+        return anc
 
     def _aliases(self, outs) -> dict:
         """{allocation: donated argument} for results written in place into a donated argument:
@@ -321,6 +336,7 @@ class Plan:
             if prof is not None:
                 runtime.load().synchronize()
                 t0 = time.perf_counter()
+            runtime._step = i
             if tr is not None:
                 tr.begin()
             if kind == "eqn":
@@ -347,6 +363,7 @@ class Plan:
                 progress(i + 1)
         if progress is not None:
             progress.done()
+        runtime._step = None
         return [read(o) for o in expr.outs]
 
     def _run_fused(self, c, env):

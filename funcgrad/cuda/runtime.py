@@ -200,6 +200,7 @@ _deferred = None   # list while capturing: device error flags to read back after
 _on_defer = None   # while a graph is captured: called with each deferred flag buffer
 _keep = None       # list while a graph is captured: objects its nodes need alive (loop bodies)
 _tracker = None    # concurrent.Tracker while a graph is captured: each step's memory
+_step = None       # index of the plan step running (memplan.Recorder notes it)
 _writes = None     # list while a captured step runs: device ranges it allocated or wrote
 
 
