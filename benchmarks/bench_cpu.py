@@ -4,6 +4,8 @@
 same machine and combine with report.py. `--pair N` runs N rounds, each one funcgrad process and
 one JAX-CPU process (peers_cpu.py --only jax, the order alternating by round), and prints every
 round's figures, the ratios and their spread: on a shared machine one pair is not a result.
+`--base DIR` adds a third process per round running the funcgrad found in DIR (e.g. a `git
+worktree add DIR <commit>` of an earlier commit), for before/after figures from the same run.
 """
 from __future__ import annotations
 
@@ -30,35 +32,44 @@ def run_funcgrad(reps):
               flush=True)
 
 
-def _figures(cmd):
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+def _figures(cmd, env=None):
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env).stdout
     rows = [json.loads(ln) for ln in out.splitlines() if ln.startswith("{")]
     return {r["what"]: r["value"] for r in rows}
 
 
-def pair(rounds, reps):
+def pair(rounds, reps, base=None):
     ours = [sys.executable, os.path.abspath(__file__), "--reps", str(reps)]
     jax = [sys.executable, os.path.join(HERE, "peers_cpu.py"), "--only", "jax",
            "--reps", str(reps)]
-    got = {"funcgrad": [], "jax": []}
+    procs = [("funcgrad", ours, None), ("jax", jax, None)]
+    if base:
+        env = dict(os.environ, PYTHONPATH=os.path.abspath(base))
+        procs.append(("base", ours, env))
+    got = {who: [] for who, _, _ in procs}
     for r in range(rounds):
-        order = [("funcgrad", ours), ("jax", jax)]
-        for who, cmd in (order if r % 2 == 0 else order[::-1]):
-            got[who].append(_figures(cmd))
-        print(json.dumps({"round": r, "funcgrad": got["funcgrad"][-1], "jax": got["jax"][-1]}),
-              flush=True)
+        for who, cmd, env in (procs if r % 2 == 0 else procs[::-1]):
+            got[who].append(_figures(cmd, env))
+        print(json.dumps({"round": r, **{who: got[who][-1] for who in got}}), flush=True)
     for what in sorted(got["funcgrad"][0]):
-        f = [g[what] for g in got["funcgrad"]]
-        j = [g[what] for g in got["jax"]]
-        ratio = [a / b for a, b in zip(f, j)]
-        print(json.dumps({"what": what, "funcgrad_ms": f, "jax_cpu_ms": j, "ratio": ratio,
-                          "median_ratio": statistics.median(ratio),
-                          "funcgrad_median": statistics.median(f),
-                          "jax_median": statistics.median(j)}), flush=True)
-        print(f"{what}: funcgrad {statistics.median(f):.3f} ms (min {min(f):.3f}, "
-              f"max {max(f):.3f}), JAX-CPU {statistics.median(j):.3f} ms (min {min(j):.3f}, "
-              f"max {max(j):.3f}); ratio per round {', '.join(f'{x:.2f}' for x in ratio)}; "
-              f"median {statistics.median(ratio):.2f}x", flush=True)
+        for who in [w for w in got if w != "jax"]:
+            f = [g[what] for g in got[who]]
+            j = [g[what] for g in got["jax"]]
+            ratio = [a / b for a, b in zip(f, j)]
+            name = "funcgrad" if who == "funcgrad" else f"funcgrad at {base}"
+            print(json.dumps({"what": what, "who": who, "funcgrad_ms": f, "jax_cpu_ms": j,
+                              "ratio": ratio, "median_ratio": statistics.median(ratio),
+                              "funcgrad_median": statistics.median(f),
+                              "jax_median": statistics.median(j)}), flush=True)
+            print(f"{what}: {name} {statistics.median(f):.3f} ms (min {min(f):.3f}, "
+                  f"max {max(f):.3f}), JAX-CPU {statistics.median(j):.3f} ms "
+                  f"(min {min(j):.3f}, max {max(j):.3f}); ratio per round "
+                  f"{', '.join(f'{x:.2f}' for x in ratio)}; median {statistics.median(ratio):.2f}x",
+                  flush=True)
+        if base:
+            ratio = [g[what] / b[what] for g, b in zip(got["funcgrad"], got["base"])]
+            print(f"{what}: funcgrad / base per round {', '.join(f'{x:.2f}' for x in ratio)}; "
+                  f"median {statistics.median(ratio):.3f}", flush=True)
 
 
 def main():
@@ -66,9 +77,10 @@ def main():
     ap.add_argument("--pair", type=int, default=0, metavar="N",
                     help="N interleaved rounds of funcgrad and JAX-CPU processes")
     ap.add_argument("--reps", type=int, default=50, help="timed steps per figure")
+    ap.add_argument("--base", metavar="DIR", help="with --pair: also time the funcgrad in DIR")
     a = ap.parse_args()
     if a.pair:
-        pair(a.pair, a.reps)
+        pair(a.pair, a.reps, a.base)
     else:
         run_funcgrad(a.reps)
 

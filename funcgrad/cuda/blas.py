@@ -40,7 +40,9 @@ OP_N, OP_T = 0, 1
 GEMM_DEFAULT = -1
 INT_MAX = 2 ** 31 - 1
 WORKSPACE = 8 << 20    # bytes per workspace lane
-LANES = 4              # workspaces GEMMs of a captured graph take in turn (concurrent.py)
+# workspaces GEMMs of a captured graph take in turn: with one, GEMMs run one after another
+# (concurrent.py orders steps that share memory) while smaller kernels overlap them
+LANES = max(1, int(os.environ.get("FUNCGRAD_GEMM_LANES", "1")))
 _lanes: list = []
 _turn = [0]
 
@@ -240,9 +242,9 @@ def _ptr(buf) -> int:
 
 
 def _workspace() -> int:
-    """cuBLAS's workspace: while a graph is captured, one of LANES buffers in turn, so GEMMs
-    that may run side by side seldom share one (concurrent.py orders those that do); else
-    lane 0 (eager and uncaptured calls run in stream order)."""
+    """cuBLAS's workspace, outside the memory plan: while a graph is captured, one of LANES
+    buffers in turn (GEMMs sharing one are ordered by concurrent.py); else lane 0 (eager and
+    uncaptured calls run in stream order)."""
     if not _lanes:
         from .arrays import base_pool
         _lanes.extend(base_pool().empty((WORKSPACE,), np.uint8) for _ in range(LANES))

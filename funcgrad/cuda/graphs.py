@@ -15,6 +15,7 @@ synchronization.
 """
 from __future__ import annotations
 
+import gc
 import weakref
 from collections import OrderedDict
 
@@ -187,10 +188,16 @@ class GraphSet:
         runtime._tracker = tracker
         _ok(cb.cuStreamBeginCapture(self.handle,
                                     cb.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED))
+        # no cuMemFree while capturing (it synchronizes and invalidates the capture): numba's
+        # frees are deferred and the cycle collector (which may free device memory) waits
+        gc_was = gc.isenabled()
+        gc.disable()
         try:
-            with arrays.using_pool(pool):
+            with arrays.using_pool(pool), cuda.defer_cleanup():
                 outs = plan._run(ins)
         finally:
+            if gc_was:
+                gc.enable()
             err, graph = cb.cuStreamEndCapture(self.handle)
             checks = runtime._deferred
             runtime._stream, runtime._deferred, runtime._on_defer = None, None, None
