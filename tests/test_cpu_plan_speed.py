@@ -126,3 +126,20 @@ def test_constant_fills_are_computed_in_the_kernels_that_read_them(monkeypatch, 
     assert stored < sum(len(s.outs) for s in before.program.steps if s.kind == "kernel")
     for g, w_ in zip(tree_leaves(got), tree_leaves(want)):
         np.testing.assert_array_equal(np.asarray(g), np.asarray(w_))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [1, 9, 128, 130, 256, 3001])
+def test_vector_sums_equal_numpy_bit_for_bit(monkeypatch, rng, dtype, n):
+    # the sum of a whole float vector (a loss's mean) runs as the pairwise-sum twin
+    x = (rng.standard_normal(n) * 10.0 ** rng.integers(-4, 4, n)).astype(dtype)
+    specials = [x, np.full(n, -0.0, dtype), np.where(np.arange(n) == n // 2, np.inf, x)]
+    for v in specials:
+        plan, got, want = _plans(monkeypatch, lambda v: (fnp.sum(v * 1.0), fnp.mean(v)), v)
+        assert any(s.kind == "into" and s.eqn.prim.name == "reduce_sum"
+                   for s in plan.program.steps)
+        for g, w in zip(got, want):
+            g, w = np.asarray(g), np.asarray(w)
+            assert g.dtype == w.dtype and np.signbit(g) == np.signbit(w)
+            np.testing.assert_array_equal(g, w)
+        np.testing.assert_array_equal(np.asarray(got[0]), np.sum(v, dtype=dtype))

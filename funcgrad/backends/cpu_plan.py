@@ -437,8 +437,18 @@ def _halves(kernel, n):
 
 def _colsum_into(aval, axes):
     """f(x, out): a sum over leading axes as an njit kernel adding rows in order, which is
-    numpy's own order for it (bit for bit), or None for other sums (numpy runs them)."""
+    numpy's own order for it (bit for bit), or None for other sums (numpy runs them).
+    The sum of a whole float vector (a loss's mean) is cpu_rows' twin of numpy's pairwise
+    sum: after a product, np.sum of 256 floats took 20-35 us in C2's step (3 us warm), the
+    twin shares the njit dispatch path the softmax-CE kernels just ran."""
     nd, k = aval.ndim, len(axes)
+    if nd == 1 and k == 1 and cpu_rows.rows_ok(aval):
+        row_sums = cpu_rows.row_sums_kernel(aval.dtype)
+        n = aval.shape[0]
+
+        def total(x, out):
+            row_sums(x.reshape(1, n), out.reshape(1))
+        return total
     if (tuple(axes) != tuple(range(k)) or k == nd or aval.dtype.kind not in "fiu"
             or not cpu_ops.supported(aval.dtype)):
         return None

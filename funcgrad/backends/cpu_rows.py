@@ -134,6 +134,16 @@ def _rows_ok(aval) -> bool:
             and math.prod(aval.shape[:-1]) > 0 and _depth(aval.shape[-1]) <= LEVELS)
 
 
+def rows_ok(aval) -> bool:
+    """Whether the row kernels take arrays of this aval (float rows numpy sums pairwise)."""
+    return _rows_ok(aval)
+
+
+def row_sums_kernel(dtype):
+    """njit row_sums(e, tot): tot[r] = np.sum(e[r]) bit for bit (numpy's pairwise order)."""
+    return _mod(dtype).row_sums
+
+
 def xent_into(x_aval):
     """f(x, labels, out) equal to softmax_xent's numpy impl, or None where it does not apply."""
     if not _rows_ok(x_aval):
