@@ -143,3 +143,24 @@ def test_vector_sums_equal_numpy_bit_for_bit(monkeypatch, rng, dtype, n):
             assert g.dtype == w.dtype and np.signbit(g) == np.signbit(w)
             np.testing.assert_array_equal(g, w)
         np.testing.assert_array_equal(np.asarray(got[0]), np.sum(v, dtype=dtype))
+
+
+def test_products_of_matrices_and_their_transposes_equal_numpy(monkeypatch, rng):
+    # 2-D products call the BLAS runner on x or x.T right in the plan's line
+    from funcgrad import lax
+    a = rng.standard_normal((7, 5)).astype(np.float32)
+    b = rng.standard_normal((6, 5)).astype(np.float32)
+    c = rng.standard_normal((7, 3)).astype(np.float32)
+
+    def dot(x, y, lc, rc):
+        return lax.dot_general(x, y, (((lc,), (rc,)), ((), ())))
+
+    def f(a, b, c):
+        return dot(a, b, 1, 1), dot(a, c, 0, 0), dot(c, a, 0, 0), dot(b, a.T, 1, 0)
+
+    plan, got, want = _plans(monkeypatch, f, a, b, c)
+    assert "v1.T" in plan.source or ".T," in plan.source
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+    np.testing.assert_allclose(np.asarray(got[0]), a @ b.T, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(got[1]), a.T @ c, rtol=1e-5, atol=1e-5)

@@ -117,8 +117,9 @@ class Program:
                     here.append(f"{o} = np.empty(*s{o})")
             if s.kind == "np":
                 here.append(f"{outs[0]} = {f}({', '.join(ins)})")
-            elif s.kind == "into":
-                here.append(f"{f}({', '.join(ins)}, {outs[0]})")
+            elif s.kind == "into":   # extra: per operand, a view to take (".T") or ""
+                call = [a + x for a, x in zip(ins, s.extra)] if s.extra else ins
+                here.append(f"{f}({', '.join(call)}, {outs[0]})")
             else:   # kernel: rank-0 operands go by value
                 kin = [f"{a}[()]" if x.aval.ndim == 0 else a for a, x in zip(ins, s.ins)]
                 here.append(f"{f}({', '.join(kin + outs)}{s.extra or ''})")
@@ -350,7 +351,7 @@ def _steps(expr, fuse):
             x, y = d.inputs[1], d.inputs[0]
             into = _dot_into(x.aval, y.aval, dn, e.out.aval)
             if into is not None:
-                steps.append(_Step("into", e, [e.out], [x, y], into))
+                steps.append(_into_step(e, [x, y], into))
             else:
                 fn = functools.partial(d.prim.impl, dimension_numbers=dn)
                 steps.append(_Step("np", e, [e.out], [x, y], fn))
@@ -372,7 +373,7 @@ def _steps(expr, fuse):
             into = _dot_into(e.inputs[0].aval, e.inputs[1].aval,
                              e.params["dimension_numbers"], e.out.aval)
             if into is not None:
-                steps.append(_Step("into", e, [e.out], list(e.inputs), into))
+                steps.append(_into_step(e, list(e.inputs), into))
                 continue
         fn, params = e.prim.impl, e.params
         if e.out in lazy:  # a reshape; numpy broadcasts inside the consumers
@@ -463,6 +464,16 @@ def _colsum_into(aval, axes):
     return into
 
 
+def _into_step(e, ins, into):
+    """The step of a product: the BLAS runner called on the operands or their transposed views
+    right in the plan's line when they are matrices (a product's Python path is run cold,
+    after the previous product streamed through the cache: fewer frames, less time)."""
+    direct = getattr(into, "direct", None)
+    if direct is None:
+        return _Step("into", e, [e.out], ins, into)
+    return _Step("into", e, [e.out], ins, direct[0], direct[1])
+
+
 def _dot_into(xa, ya, dimension_numbers, out_aval):
     """f(x, y, out): np.matmul of the operands as matrices into a 2-D `out`, or None when the
     product is not one matmul of views (the numpy impl takes it then)."""
@@ -480,6 +491,8 @@ def _dot_into(xa, ya, dimension_numbers, out_aval):
     if out_aval.shape == (m, n):
         def into(x, y, out):
             mm(mx(x), my(y), out)
+        if xa.ndim == 2 and ya.ndim == 2:   # the plan calls mm on x or x.T directly
+            into.direct = (mm, ("" if lc[0] == 1 else ".T", "" if rc[0] == 0 else ".T"))
     else:
         def into(x, y, out):
             mm(mx(x), my(y), out.reshape(m, n))
