@@ -300,3 +300,31 @@ def test_gemm_wiring_through_a_model_cublas(monkeypatch, rng):
         np.testing.assert_allclose(np.asarray(f(cu(a), cu(a))), np.tanh(a @ a.swapaxes(1, 2)),
                                    rtol=1e-5, atol=1e-6)
     assert len(model.calls) == 10 and model.calls[-1][0][:2] == (blas.OP_T, blas.OP_N)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(SIM or not blas.available("float32"),
+                    reason="cuBLASLt needs a real GPU and nvmath-python")
+def test_cublaslt_path_equals_numpy(monkeypatch, rng):
+    # the autotuned path (blaslt.py) forced onto cuBLASLt's first candidate: every layout
+    # blas.plan produces (transposed operands, offset views, batches, broadcast batch, TF32)
+    from funcgrad.cuda import blaslt
+    if blaslt._lt() is None:
+        pytest.skip("nvmath-python's cuBLASLt bindings are not installed")
+    monkeypatch.setattr(blaslt, "FORCE_LT", True)
+    monkeypatch.setattr(blaslt, "_choice", {})
+    a = rng.standard_normal((3, 33, 17)).astype("float32")
+    b = rng.standard_normal((3, 17, 20)).astype("float32")
+    want = a.astype(np.float64) @ b
+    cases = {"plain": (cu(a), cu(b)), "a^T": (_transposed(a), cu(b)),
+             "b^T": (cu(a), _transposed(b)), "both^T": (_transposed(a), _transposed(b))}
+    for name, (x, y) in cases.items():
+        np.testing.assert_allclose(np.asarray(fnp.matmul(x, y)), want, rtol=1e-4, atol=1e-4,
+                                   err_msg=name)
+    np.testing.assert_allclose(np.asarray(fnp.matmul(cu(a)[1:, 1:], cu(b)[1:])),
+                               a[1:, 1:] @ b[1:], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(np.asarray(fnp.matmul(cu(a), cu(b[0]))), a @ b[0], rtol=1e-4,
+                               atol=1e-4)
+    tf32 = fnp.matmul(cu(a[0]), cu(b[0]), precision="tensorfloat32")
+    np.testing.assert_allclose(np.asarray(tf32), a[0] @ b[0], rtol=2e-2, atol=2e-2)
+    assert any(v.startswith("lt") for v in blaslt.choices().values())

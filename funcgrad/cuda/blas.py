@@ -30,7 +30,7 @@ import threading
 
 import numpy as np
 
-from . import runtime
+from . import blaslt, runtime
 
 # cudaDataType_t and cublasComputeType_t values (cuBLAS's C API)
 CUDA_R = {"float16": 2, "float32": 0, "float64": 1}
@@ -285,8 +285,11 @@ def gemm(x, xs, y, ys, out, Bn, M, N, K, precision=None) -> bool:
     full = (ta, tb, m, n, k, _ONE[scal].ctypes.data, _ptr(y), dt, lda, sa, _ptr(x), dt, ldb,
             sb, _ZERO[scal].ctypes.data, _ptr(out), dt, ldc, sc, batch,
             compute_type(x.dtype, precision), GEMM_DEFAULT)
+    api = _state["api"]
     try:
-        _state["api"].gemm(stream, ws, WORKSPACE, full)
+        if not (isinstance(api, _Nvmath) and blaslt.gemm(
+                full, dt, stream, ws, WORKSPACE, lambda: api.gemm(stream, ws, WORKSPACE, full))):
+            api.gemm(stream, ws, WORKSPACE, full)
     except Exception as e:   # noqa: BLE001 - name the product that failed
         raise RuntimeError(f"cuBLAS GEMM failed for {x.dtype.name} batch={Bn} M={M} N={N} "
                            f"K={K} (precision={precision}): {e}") from e
