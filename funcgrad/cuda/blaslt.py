@@ -6,7 +6,12 @@ first time a product of some shape and layout runs outside a graph capture, the 
 cuBLASLt's heuristic offers (up to CANDIDATES) and cublasGemmEx itself are each timed on the
 real operands (CUDA events, a few runs); the fastest is kept for that shape and used from then
 on, also inside captured graphs (where nothing can be timed: an untimed shape takes the
-heuristic's first choice). FUNCGRAD_GEMM_AUTOTUNE=0 turns this off (cublasGemmEx only).
+heuristic's first choice).
+
+Opt-in (FUNCGRAD_GEMM_AUTOTUNE=1): measured on an H200 (2026-11-24, benchmarks/RESULTS.md) the
+picks made W1 and W2 slower inside their concurrent graphs (W1 0.339 against 0.304 ms, W2
+11.80 against 11.52 ms, W2 TF32 6.38 against 6.02 ms): a product timed alone on an idle GPU is
+not the product that runs beside other kernels in a step. cublasGemmEx is the default.
 
 The operands come as cublasGemmStridedBatchedEx's column-major arguments (blas.plan).
 """
@@ -20,7 +25,7 @@ from . import runtime
 
 CANDIDATES = 8
 REPS = 3
-ENABLED = os.environ.get("FUNCGRAD_GEMM_AUTOTUNE", "1") != "0"
+ENABLED = os.environ.get("FUNCGRAD_GEMM_AUTOTUNE", "0") == "1"
 FORCE_LT = False   # tests: take cuBLASLt's first candidate whatever the timing
 
 _state: dict = {}      # "lt": the binding module, "handle"
