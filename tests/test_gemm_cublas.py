@@ -311,6 +311,7 @@ def test_cublaslt_path_equals_numpy(monkeypatch, rng):
     from funcgrad.cuda import blaslt
     if blaslt._lt() is None:
         pytest.skip("nvmath-python's cuBLASLt bindings are not installed")
+    monkeypatch.setattr(blaslt, "ENABLED", True)
     monkeypatch.setattr(blaslt, "FORCE_LT", True)
     monkeypatch.setattr(blaslt, "_choice", {})
     a = rng.standard_normal((3, 33, 17)).astype("float32")
