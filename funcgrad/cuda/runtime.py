@@ -140,7 +140,9 @@ def threads_1d() -> int:
 def grid_1d(n: int) -> tuple[int, int]:
     """(blocks, threads) for a grid-stride loop over n items."""
     t = threads_1d()
-    cap = 2 if SIM else 8192
+    # a cap of 65536 blocks: W3 (2^26 elements, two per thread) 0.280 ms on an H200 against
+    # 0.299 with 8192 (grid-stride iterations cost), 0.305 with 1056 (2026-11-24)
+    cap = 2 if SIM else 65536
     return max(1, min(cap, -(-n // t))), t
 
 
