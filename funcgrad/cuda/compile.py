@@ -9,8 +9,10 @@ context), which write them to numba's disk cache (every funcgrad kernel is `cach
 real first call then loads them from the cache. Kernels are grouped by function so that no two
 workers write the same cache index.
 
-Workers are plain `python -c` subprocesses fed a pickled job on stdin (not multiprocessing,
-whose spawn start method would re-run an unguarded user script). FUNCGRAD_COMPILE_WORKERS sets
+Workers are plain `python -c` subprocesses (not multiprocessing, whose spawn start method would
+re-run an unguarded user script) fed one pickled group at a time on stdin, the longest expected
+first, each to whichever worker is free (a fixed split by expected cost left one worker with
+two of the slowest kernels). FUNCGRAD_COMPILE_WORKERS sets
 their number (default: CPU count, at most 16; 0 or 1 turns the pool off).
 """
 from __future__ import annotations
@@ -143,15 +145,63 @@ def _compile_group(item):
 
 
 def _worker_main():
-    """Entry point of a compile worker: groups pickled on stdin, seconds spent on stdout."""
+    """Entry point of a compile worker: length-prefixed pickled groups on stdin, one at a
+    time; a line "seconds:name" on stdout after each; a zero length ends it."""
     import pickle
+    import struct
 
     from numba import cuda
     from numba.cuda.core import config
     config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
     cuda.current_context()
-    groups = pickle.loads(sys.stdin.buffer.read())
-    print(" ".join(f"{_compile_group(g):.3f}:{g[0]}.{g[2]}" for g in groups), flush=True)
+    inp = sys.stdin.buffer
+    while True:
+        head = inp.read(4)
+        n = struct.unpack("<I", head)[0] if len(head) == 4 else 0
+        if not n:
+            return
+        g = pickle.loads(inp.read(n))
+        print(f"{_compile_group(g):.3f}:{g[0]}.{g[2]}", flush=True)
+
+
+def _feed(procs, groups) -> tuple[list, list]:
+    """Hand `groups` (longest expected first) to whichever worker is free: (seconds, name) per
+    compiled group and the failed workers' messages."""
+    import collections
+    import pickle
+    import struct
+    import threading
+    queue = collections.deque(groups)
+    lock = threading.Lock()
+    times, errors = [], []
+
+    def talk(p):   # one thread per worker
+        try:
+            while True:
+                with lock:
+                    g = queue.popleft() if queue else None
+                if g is None:
+                    break
+                data = pickle.dumps(g)
+                p.stdin.write(struct.pack("<I", len(data)) + data)
+                p.stdin.flush()
+                line = p.stdout.readline().decode().strip()
+                if not line:
+                    errors.append(f"a worker stopped while compiling {g[0]}.{g[2]}")
+                    return
+                t, _, what = line.partition(":")
+                times.append((float(t), what))
+            p.stdin.write(struct.pack("<I", 0))
+            p.stdin.flush()
+        except OSError as e:
+            errors.append(f"a compile worker's pipe failed: {e}")
+
+    threads = [threading.Thread(target=talk, args=(p,)) for p in procs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return times, errors
 
 
 def prewarm(plan, bufs, rec=None) -> dict:
@@ -171,42 +221,31 @@ def prewarm(plan, bufs, rec=None) -> dict:
     count = sum(len(g[3]) for g in groups)
     if count < MIN_KERNELS:
         return {"kernels": count, "recorded": rec is not None}
-    import pickle
     import subprocess
+    import tempfile
     n = min(n, len(groups))
-    buckets = [[] for _ in range(n)]
-    load = [0] * n
-    for g in sorted(groups, key=lambda g: -_cost(g)):   # longest first, to the least loaded
-        j = load.index(min(load))
-        buckets[j].append(g)
-        load[j] += _cost(g)
+    groups.sort(key=lambda g: -_cost(g))   # longest first; a free worker takes the next
     sys.stderr.write(f"\rfuncgrad: compiling {count} CUDA kernels in {n} processes")
     sys.stderr.flush()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     code = "from funcgrad.cuda.compile import _worker_main; _worker_main()"
+    logs = [tempfile.TemporaryFile() for _ in range(n)]   # stderr: never a full pipe
     procs = [subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-             for _ in buckets]
-    import threading
-    results = [None] * len(procs)
-
-    def talk(j, p, b):   # one thread per worker: no pipe fills while we wait on another
-        results[j] = p.communicate(pickle.dumps(b))
-
-    threads = [threading.Thread(target=talk, args=(j, p, b))
-               for j, (p, b) in enumerate(zip(procs, buckets))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+                              stdout=subprocess.PIPE, stderr=log, env=env) for log in logs]
     times, errors = [], []
-    for p, (out, err) in zip(procs, results):
-        if p.returncode:
-            errors.append(err.decode(errors="replace")[-400:])
-        else:
-            for item in out.decode().split():
-                t, _, what = item.partition(":")
-                times.append((float(t), what))
+    try:
+        times, errors = _feed(procs, groups)
+    finally:
+        for p, log in zip(procs, logs):
+            for f in (p.stdin, p.stdout):
+                try:
+                    f.close()
+                except OSError:
+                    pass
+            if p.wait() != 0:
+                log.seek(0)
+                errors.append(log.read().decode(errors="replace")[-400:])
+            log.close()
     wall = time.perf_counter() - t0
     spent = sum(t for t, _ in times)
     sys.stderr.write(f"\rfuncgrad: compiled {count} CUDA kernels in {wall:.1f} s "
