@@ -12,9 +12,9 @@ How a group runs:
     pick the other results the lead stashed, keyed by the lead's result object, so a plan runs
     each loop once; `ex` (an ExecRec) holds the optimized bodies. `loop_run_effect` is the
     same for bodies with effects (debug.print), which DCE must keep;
-  * the numpy impl (also what the CPU jit plan runs) evaluates the optimized body equation by
-    equation with the numpy impls, in a Python loop; funcgrad/cuda/loops.py does the same with
-    the CUDA lowering table.
+  * the numpy impl evaluates the optimized body equation by equation with the numpy impls, in
+    a Python loop; a CPU jit plan runs each body as a compiled CPU program instead
+    (funcgrad/backends/cpu_loops.py), funcgrad/cuda/loops.py with the CUDA lowering table.
 Differentiation, batching: funcgrad/loops_rules.py registers the rules on these primitives.
 """
 from __future__ import annotations
@@ -193,7 +193,7 @@ def make_cond(branches: list[tuple[Expr, list]], op_avals, name="cond") -> tuple
 
 
 # ---------------------------------------------------------------------------------------------
-# numpy execution (the reference semantics; the CPU jit plan runs it too)
+# numpy execution (the reference semantics; eager calls run it)
 # ---------------------------------------------------------------------------------------------
 
 def eval_np(expr: Expr, consts: list, args: list) -> list:

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..core import FuncgradError, user_frame_src
 from ..prims import IndexOutOfRange
+from . import cpu_loops  # noqa: F401 (registers how plans run loops: compiled bodies)
 from .cpu_plan import CpuPlan
 
 

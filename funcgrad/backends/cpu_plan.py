@@ -1,7 +1,8 @@
 """The CPU jit plan: one generated straight-line function over fused kernels, BLAS and numpy.
 
 Steps come from funcgrad.clustering: a fused elementwise cluster runs as one numba njit kernel
-(cpu_kernels), a matrix product as np.matmul into its buffer, anything else as its numpy impl.
+(cpu_kernels), a matrix product as np.matmul into its buffer, a loop (scan, while_loop, cond) with
+its bodies as programs of their own (cpu_loops), anything else as its numpy impl.
 Every intermediate a kernel or a product writes lives in one arena per plan, at an offset
 given by liveness (cpu_memory); results the caller receives are fresh arrays.
 
@@ -13,6 +14,7 @@ run on one thread unless FUNCGRAD_CPU_SPLIT_WORK asks for chunks on two (cpu_par
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
@@ -30,6 +32,10 @@ from . import cpu_blas, cpu_kernels, cpu_memory, cpu_ops, cpu_parallel, cpu_rows
 _FILENAME = "<funcgrad cpu plan>"
 # primitives with an njit twin of their numpy impl (bit for bit), used by fused programs
 ROW_TWINS = {"softmax_xent": cpu_rows.xent_into, "softmax_xent_bwd": cpu_rows.xent_bwd_into}
+# primitive -> builder(eqn, fuse) -> fn(*operands): how the plan runs that primitive's equations
+# instead of its numpy impl (fn.kernels, if set, counts the kernels fn runs); the loop
+# primitives register here (cpu_loops: bodies as compiled programs)
+STEP_BUILDERS: dict = {}
 
 
 def fuse_after() -> int | None:
@@ -60,12 +66,14 @@ class _Step:
 class Program:
     """A generated function plan(args, bufs) for one expression, fused or not."""
 
-    def __init__(self, expr, consts, fuse: bool):
+    def __init__(self, expr, consts, fuse: bool, filename: str = _FILENAME):
+        self.filename = filename
         known = {v: np.asarray(c) for v, c in zip(expr.in_binders[:expr.n_consts], consts)}
         self.steps = steps = _fold_constants(_steps(expr, fuse), known)
         keep = {o for o in expr.outs if not isinstance(o, Lit)}
         self.memory = cpu_memory.plan(steps, expr.outs, keep)
-        self.kernels = sum(s.kind == "kernel" for s in steps)
+        # kernels of its own and of the sub-programs its steps run (a loop's bodies)
+        self.kernels = sum(s.kind == "kernel" or getattr(s.fn, "kernels", 0) for s in steps)
         self._emit(expr, known, steps, keep)
 
     def _emit(self, expr, known, steps, keep):
@@ -163,8 +171,20 @@ class Program:
         if not args:
             src = src.replace("    = args\n", "    pass\n")
         self.source = src
-        exec(compile(src, _FILENAME, "exec"), env)
+        exec(compile(src, self.filename, "exec"), env)
         self.fn = env["plan"]
+
+
+@contextlib.contextmanager
+def compile_quietly():
+    """Runs a program's first run: numba's compile-time notes are not the user's, funcgrad's own
+    warnings (a loop body that went back to numpy, cpu_loops) are passed on."""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        yield
+    for w in seen:
+        if str(w.message).startswith("funcgrad:"):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 def _as_dtype(dtype):
@@ -277,8 +297,7 @@ class CpuPlan:
         (a bug in the generated source), the plan says so and goes back to numpy."""
         self._compiling = False
         try:
-            with warnings.catch_warnings():   # numba's compile-time notes are not the user's
-                warnings.simplefilter("ignore")
+            with compile_quietly():
                 return fn(bufs_in, bufs)
         except Exception as err:   # noqa: BLE001 (only numba's own errors are handled here)
             if not type(err).__module__.startswith("numba"):
@@ -375,6 +394,10 @@ def _steps(expr, fuse):
             if into is not None:
                 steps.append(_into_step(e, list(e.inputs), into))
                 continue
+        build = STEP_BUILDERS.get(e.prim)
+        if build is not None:
+            steps.append(_Step("np", e, [e.out], list(e.inputs), build(e, fuse)))
+            continue
         fn, params = e.prim.impl, e.params
         if e.out in lazy:  # a reshape; numpy broadcasts inside the consumers
             fn, params = _expand_only(e.inputs[0].aval.shape, **e.params), {}

@@ -1,0 +1,245 @@
+"""The CPU plan's loops: scan / while_loop / cond bodies run as compiled CPU programs.
+
+A jitted step's `loop_run` equation (funcgrad/loops.py) runs its loop here. Each optimized
+body expression of the loop's ExecRec is built once into a cpu_plan.Program, the same
+generated function over fused njit kernels, BLAS products into planned buffers and numpy
+calls that runs a whole step, and cached on the record (`ex.device_cache["cpu"]`, one set of
+bodies per kind of program: numpy-only or fused). Each iteration is then one call of that
+function with the constants, the carry and the x rows as its arguments; the body's arena is
+taken once per loop run and reused by every iteration. A body program follows its plan: the
+numpy program while the plan runs its numpy program, kernels once the plan fuses, so results
+are the numpy interpreter's bit for bit where the plan's are (FUNCGRAD_CPU_EXACT, the
+default), and within an ulp or two otherwise. Loops inside a body run the same way.
+A body with host callbacks (debug.print) runs through the numpy impls (loops.run_np), as
+eagerly: its prints keep their order.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import threading
+import warnings
+
+import numpy as np
+
+from .. import prims as P
+from ..core import FuncgradError
+from ..loops import ExecRec, loop_out_p, loop_run_effect_p, loop_run_p, run_np
+from ..prims import IndexOutOfRange
+from .cpu_blas import one_thread, serial_flops
+from .cpu_plan import STEP_BUILDERS, Program, compile_quietly, exact_only
+
+
+class _Refused(Exception):
+    """numba refused to compile a fused body kernel (raised on the body's first run)."""
+
+
+class Body:
+    """One body expression as a compiled CPU program: `fn(args, bufs)` returns its results;
+    `bufs` is an arena from `take()` (given back by `give()`)."""
+
+    def __init__(self, expr, consts, fuse: bool):
+        self.expr, self.consts = expr, consts
+        # a file name of its own: a plan maps its errors by its lines, not a body's
+        self.program = prog = Program(expr, consts, fuse, filename="<funcgrad cpu loop body>")
+        self.memory = prog.memory
+        self._bufs = prog.memory.new_buffers()
+        self._lock = threading.Lock()
+        self._run = prog.fn
+        self.fn = self._first if prog.kernels else self._guarded
+
+    def take(self):
+        """The body's arena, or a fresh one while another thread runs this body."""
+        if self._lock.acquire(blocking=False):
+            return self._bufs
+        return self.memory.new_buffers()
+
+    def give(self, bufs):
+        if bufs is self._bufs:
+            self._lock.release()
+
+    def _first(self, args, bufs):
+        """The first run compiles the kernels; numba's notes are not the user's."""
+        self.fn = self._guarded
+        try:
+            with compile_quietly():
+                return self._guarded(args, bufs)
+        except Exception as err:   # only numba's own errors are handled here
+            if not type(err).__module__.startswith("numba"):
+                raise
+            raise _Refused(f"{type(err).__name__}: {str(err).splitlines()[0]}") from err
+
+    def _guarded(self, args, bufs):
+        try:
+            return self._run(args, bufs)
+        except (IndexOutOfRange, ValueError) as err:   # at the body's equation, as run_np
+            e = self._eqn_of(err)
+            if e is None:
+                raise
+            kind = IndexError if isinstance(err, IndexOutOfRange) else FuncgradError
+            raise kind(f"{err}\n  at {e.src}") from None
+
+    def _eqn_of(self, err):
+        code, tb, line = self.program.fn.__code__, err.__traceback__, None
+        while tb is not None:
+            if tb.tb_frame.f_code is code:
+                line = tb.tb_lineno
+            tb = tb.tb_next
+        return self.program.line_eqn.get(line)
+
+
+class Bodies(list):
+    """A loop's Body objects; `serial`: every BLAS call they make is a product small enough
+    for one BLAS thread (cpu_blas.serial_flops), so the loop holds OpenBLAS at one thread
+    once for all its iterations rather than around each product (3.6 instead of 4.8 us for a
+    32x64x64 product on the development VM)."""
+
+    def __init__(self, items, serial):
+        super().__init__(items)
+        self.serial = serial
+
+
+def _serial_only(expr) -> bool | None:
+    """True when the expression's only BLAS users are products under serial_flops() (loops
+    inside included), None when it has no product, False otherwise."""
+    found = None
+    for e in expr.eqns:
+        if e.prim is P.dot_general_p:
+            (lc, _), _ = e.params["dimension_numbers"]
+            k = math.prod(e.inputs[0].aval.shape[i] for i in lc)
+            if 2 * e.out.aval.size * k >= serial_flops():
+                return False
+            found = True
+        elif e.prim is loop_run_p:
+            for body, _ in e.params["rec"].bodies:
+                inner = _serial_only(body)
+                if inner is False:
+                    return False
+                found = found or inner
+        elif not (e.prim.kind == "elementwise" or e.prim is loop_out_p or getattr(
+                e.prim.impl, "__module__", None) in ("numpy", "funcgrad.prims")):
+            return False   # may call BLAS on its own (convolutions, linear algebra, ...)
+    return found
+
+
+def bodies(ex: ExecRec, fuse: bool) -> Bodies:
+    """The loop's body programs (built on first use, kept on the record)."""
+    cache = ex.device_cache.setdefault("cpu", {})
+    key = (fuse, exact_only())
+    hit = cache.get(key)
+    if hit is None:
+        serial = all(_serial_only(e) is not False for e, _ in ex.bodies) and any(
+            _serial_only(e) for e, _ in ex.bodies)
+        hit = cache[key] = Bodies([Body(e, c, fuse) for e, c in ex.bodies], serial)
+    return hit
+
+
+def _scan(ex, bufs, bs):
+    (body,) = bs
+    nc, nk, n = ex.n_consts, ex.n_carry, ex.length
+    consts, carry, xs = list(bufs[:nc]), list(bufs[nc:nc + nk]), bufs[nc + nk:]
+    ys = [np.empty(a.shape, a.dtype) for a in ex.out_avals[nk:]]
+    if n == 0:
+        return carry + ys
+    arena = body.take()
+    try:
+        for i in (range(n - 1, -1, -1) if ex.reverse else range(n)):
+            outs = body.fn(consts + carry + [x[i, ...] for x in xs], arena)
+            carry = list(outs[:nk])
+            for y, o in zip(ys, outs[nk:]):
+                y[i] = o
+    finally:
+        body.give(arena)
+    return carry + ys
+
+
+def _while(ex, bufs, bs):
+    cond, body = bs
+    ncc, nbc = ex.n_cconsts, ex.n_bconsts
+    cconsts, bconsts = list(bufs[:ncc]), list(bufs[ncc:ncc + nbc])
+    carry = list(bufs[ncc + nbc:])
+    ca = cond.take()
+    try:
+        ba = body.take()
+        try:
+            while cond.fn(cconsts + carry, ca)[0]:
+                carry = list(body.fn(bconsts + carry, ba))
+        finally:
+            body.give(ba)
+    finally:
+        cond.give(ca)
+    return carry
+
+
+def _cond(ex, bufs, bs):
+    branch = bs[int(np.clip(np.asarray(bufs[0]), 0, len(bs) - 1))]
+    arena = branch.take()
+    try:
+        return list(branch.fn(list(bufs[1:]), arena))
+    finally:
+        branch.give(arena)
+
+
+_RUN = {"scan": _scan, "while": _while, "cond": _cond}
+
+
+def run(ex: ExecRec, bufs: list, fuse: bool) -> list:
+    """All results of a loop or branch, its bodies run as compiled programs."""
+    bs = bodies(ex, fuse)
+    hold = one_thread() if bs.serial else None
+    try:
+        if hold is None:
+            res = _RUN[ex.kind](ex, list(bufs), bs)
+        else:
+            with hold:
+                res = _RUN[ex.kind](ex, list(bufs), bs)
+    except _Refused as why:
+        warnings.warn(f"funcgrad: a fused CPU kernel of a {ex.kind} body failed to compile "
+                      f"({why}); the body runs its numpy program instead", RuntimeWarning,
+                      stacklevel=2)
+        ex.device_cache["cpu"][(fuse, exact_only())] = bodies(ex, False)
+        res = _RUN[ex.kind](ex, list(bufs), bodies(ex, False))
+    return [np.asarray(r).astype(a.dtype, copy=False) for r, a in zip(res, ex.out_avals)]
+
+
+def _lead(*bufs, ex, index, fuse):
+    results = run(ex, bufs, fuse)
+    lead = results[index].view()   # a fresh object: the key of the stashed results
+    ex.put(lead, results)
+    return lead
+
+
+def _build_run(e, fuse: bool):
+    """The plan's function for a `loop_run` equation: the loop with compiled bodies (built
+    now; `kernels` tells the plan whether its fused program has kernels to compile)."""
+    ex = e.params["rec"]
+    fn = functools.partial(_lead, ex=ex, index=e.params["index"], fuse=fuse)
+    fn.kernels = sum(b.program.kernels for b in bodies(ex, fuse))
+    return fn
+
+
+def _build_effect(e, fuse: bool):
+    """Bodies with host callbacks run through the numpy impls (their prints in order)."""
+    ex, index = e.params["rec"], e.params["index"]
+
+    def lead(*bufs):
+        results = run_np(ex, list(bufs))
+        out = results[index].view()
+        ex.put(out, results)
+        return out
+    return lead
+
+
+def _build_out(e, fuse: bool):
+    """A `loop_out` equation reads a result its lead stashed."""
+    return functools.partial(e.params["rec"].get, index=e.params["index"])
+
+
+def register(table: dict) -> None:
+    """Add the loop primitives' plan steps to cpu_plan's table (STEP_BUILDERS)."""
+    table[loop_run_p] = _build_run
+    table[loop_run_effect_p] = _build_effect
+    table[loop_out_p] = _build_out
+
+
+register(STEP_BUILDERS)
