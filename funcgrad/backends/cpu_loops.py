@@ -38,10 +38,11 @@ class Body:
     """One body expression as a compiled CPU program: `fn(args, bufs)` returns its results;
     `bufs` is an arena from `take()` (given back by `give()`)."""
 
-    def __init__(self, expr, consts, fuse: bool):
+    def __init__(self, expr, consts, fuse: bool, blas_held: bool = False):
         self.expr, self.consts = expr, consts
         # a file name of its own: a plan maps its errors by its lines, not a body's
-        self.program = prog = Program(expr, consts, fuse, filename="<funcgrad cpu loop body>")
+        self.program = prog = Program(expr, consts, fuse, filename="<funcgrad cpu loop body>",
+                                      blas_held=blas_held)
         self.memory = prog.memory
         self._bufs = prog.memory.new_buffers()
         self._lock = threading.Lock()
@@ -130,7 +131,7 @@ def bodies(ex: ExecRec, fuse: bool) -> Bodies:
     if hit is None:
         serial = all(_serial_only(e) is not False for e, _ in ex.bodies) and any(
             _serial_only(e) for e, _ in ex.bodies)
-        hit = cache[key] = Bodies([Body(e, c, fuse) for e, c in ex.bodies], serial)
+        hit = cache[key] = Bodies([Body(e, c, fuse, serial) for e, c in ex.bodies], serial)
     return hit
 
 

@@ -2,7 +2,8 @@
 
 Values written by fused kernels and matrix products (and not returned to the caller) get
 arena space; a value's space is free again after the last step that reads it or any view of
-it (a numpy step's result may be a view of its operands, so it keeps their space alive).
+it (a numpy step's result may be a view of its operands, so it keeps their space alive,
+unless the step is a ufunc or marked `fresh`: those return new arrays).
 Results handed to the caller are never arena memory: they are fresh arrays, or copied out
 when they could be a view into the arena.
 """
@@ -67,6 +68,8 @@ def plan(steps, outs, keep) -> MemoryPlan:
                 else:
                     roots[v] = frozenset([v])
                     arena_vars.append((v, i))
+        elif isinstance(s.fn, np.ufunc) or getattr(s.fn, "fresh", False):
+            r = frozenset()   # a new array (a ufunc's result, a reduction), never a view
         else:
             r = frozenset().union(*[roots.get(x, frozenset()) for x in s.ins
                                     if isinstance(x, Var)])
