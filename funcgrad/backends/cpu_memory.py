@@ -68,11 +68,12 @@ def plan(steps, outs, keep) -> MemoryPlan:
                 else:
                     roots[v] = frozenset([v])
                     arena_vars.append((v, i))
-        elif isinstance(s.fn, np.ufunc) or getattr(s.fn, "fresh", False):
-            r = frozenset()   # a new array (a ufunc's result, a reduction), never a view
         else:
-            r = frozenset().union(*[roots.get(x, frozenset()) for x in s.ins
-                                    if isinstance(x, Var)])
+            if isinstance(s.fn, np.ufunc) or getattr(s.fn, "fresh", False):
+                r = frozenset()   # a new array (a ufunc's result, a reduction), never a view
+            else:
+                r = frozenset().union(*[roots.get(x, frozenset()) for x in s.ins
+                                        if isinstance(x, Var)])
             for v in s.outs:
                 roots[v] = r
     release = {v: i for v, i in arena_vars}
