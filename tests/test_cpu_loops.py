@@ -233,13 +233,15 @@ def test_two_threads_share_a_plan(monkeypatch, rng):
 def test_a_kernel_numba_refuses_falls_back_to_the_numpy_body(monkeypatch, rng):
     monkeypatch.setenv("FUNCGRAD_CPU_FUSE_AFTER", "0")
     refused = type("TypingError", (Exception,), {"__module__": "numba.core.errors"})
-    real = cpu_loops.Body._guarded
 
-    def guarded(self, args, bufs):
-        if self.program.kernels:
-            raise refused("cannot type this")
-        return real(self, args, bufs)
-    monkeypatch.setattr(cpu_loops.Body, "_guarded", guarded)
+    class Refusing(cpu_plan.Program):   # numba refuses every fused body program
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            if self.kernels:
+                def fn(args, bufs):
+                    raise refused("cannot type this")
+                self.fn = fn
+    monkeypatch.setattr(cpu_loops, "Program", Refusing)
     args = _rnn_data(rng, 3)
     with pytest.warns(RuntimeWarning, match="scan body failed to compile"):
         got = jit(_rnn)(*args)

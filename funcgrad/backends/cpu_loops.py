@@ -46,8 +46,7 @@ class Body:
         self.memory = prog.memory
         self._bufs = prog.memory.new_buffers()
         self._lock = threading.Lock()
-        self._run = prog.fn
-        self.fn = self._first if prog.kernels else self._guarded
+        self.fn = self._first if prog.kernels else prog.fn
 
     def take(self):
         """The body's arena, or a fresh one while another thread runs this body."""
@@ -61,32 +60,26 @@ class Body:
 
     def _first(self, args, bufs):
         """The first run compiles the kernels; numba's notes are not the user's."""
-        self.fn = self._guarded
+        run = self.fn = self.program.fn
         try:
             with compile_quietly():
-                return self._guarded(args, bufs)
+                return run(args, bufs)
         except Exception as err:   # only numba's own errors are handled here
             if not type(err).__module__.startswith("numba"):
                 raise
             raise _Refused(f"{type(err).__name__}: {str(err).splitlines()[0]}") from err
 
-    def _guarded(self, args, bufs):
-        try:
-            return self._run(args, bufs)
-        except (IndexOutOfRange, ValueError) as err:   # at the body's equation, as run_np
-            e = self._eqn_of(err)
-            if e is None:
-                raise
-            kind = IndexError if isinstance(err, IndexOutOfRange) else FuncgradError
-            raise kind(f"{err}\n  at {e.src}") from None
 
-    def _eqn_of(self, err):
-        code, tb, line = self.program.fn.__code__, err.__traceback__, None
-        while tb is not None:
-            if tb.tb_frame.f_code is code:
-                line = tb.tb_lineno
-            tb = tb.tb_next
-        return self.program.line_eqn.get(line)
+def _eqn_of(err, bs):
+    """The body equation whose line raised `err` (the innermost body frame), or None."""
+    codes = {b.program.fn.__code__: b for b in bs}
+    tb, hit = err.__traceback__, None
+    while tb is not None:
+        b = codes.get(tb.tb_frame.f_code)
+        if b is not None:
+            hit = b.program.line_eqn.get(tb.tb_lineno)
+        tb = tb.tb_next
+    return hit
 
 
 class Bodies(list):
@@ -187,20 +180,30 @@ _RUN = {"scan": _scan, "while": _while, "cond": _cond}
 def run(ex: ExecRec, bufs: list, fuse: bool) -> list:
     """All results of a loop or branch, its bodies run as compiled programs."""
     bs = bodies(ex, fuse)
-    hold = one_thread() if bs.serial else None
     try:
-        if hold is None:
-            res = _RUN[ex.kind](ex, list(bufs), bs)
-        else:
-            with hold:
-                res = _RUN[ex.kind](ex, list(bufs), bs)
-    except _Refused as why:
-        warnings.warn(f"funcgrad: a fused CPU kernel of a {ex.kind} body failed to compile "
-                      f"({why}); the body runs its numpy program instead", RuntimeWarning,
-                      stacklevel=2)
-        ex.device_cache["cpu"][(fuse, exact_only())] = bodies(ex, False)
-        res = _RUN[ex.kind](ex, list(bufs), bodies(ex, False))
+        try:
+            res = _run(ex, list(bufs), bs)
+        except _Refused as why:
+            warnings.warn(f"funcgrad: a fused CPU kernel of a {ex.kind} body failed to compile "
+                          f"({why}); the body runs its numpy program instead", RuntimeWarning,
+                          stacklevel=2)
+            bs = ex.device_cache["cpu"][(fuse, exact_only())] = bodies(ex, False)
+            res = _run(ex, list(bufs), bs)
+    except (IndexOutOfRange, ValueError) as err:   # named at the body's equation, as run_np
+        e = _eqn_of(err, bs)
+        if e is None:
+            raise
+        kind = IndexError if isinstance(err, IndexOutOfRange) else FuncgradError
+        raise kind(f"{err}\n  at {e.src}") from None
     return [np.asarray(r).astype(a.dtype, copy=False) for r, a in zip(res, ex.out_avals)]
+
+
+def _run(ex, bufs, bs):
+    hold = one_thread() if bs.serial else None   # None too where numpy's BLAS is not OpenBLAS
+    if hold is None:
+        return _RUN[ex.kind](ex, bufs, bs)
+    with hold:
+        return _RUN[ex.kind](ex, bufs, bs)
 
 
 def _lead(*bufs, ex, index, fuse):
