@@ -247,3 +247,22 @@ def test_a_kernel_numba_refuses_falls_back_to_the_numpy_body(monkeypatch, rng):
         got = jit(_rnn)(*args)
     for a, b in zip(tree_leaves(got), tree_leaves(_rnn(*args))):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_strided_rows_integer_carries_and_loops_in_branches(mode, rng):
+    m = rng.standard_normal((3, 5)).astype(np.float32)
+
+    def f(m, k):
+        # the rows of a transpose (a strided view), an int and a bool carry, a product of the
+        # outer plan's arena as a loop constant, a loop inside a branch
+        w = m @ m.T
+        def step(c, x):
+            s, n, flip = c
+            return (fnp.tanh(s @ w + x[:3]), n + 2, ~flip), fnp.where(flip, x, -x)
+        init = (fnp.zeros(3, np.float32), np.int32(1), np.bool_(False))
+        (s, n, flip), ys = lax.scan(step, init, fnp.transpose(fnp.concatenate([m, m])))
+        inner = lax.cond(k > 0, lambda v: lax.fori_loop(0, 3, lambda i, a: a * 0.5 + i, v),
+                         lambda v: v, s)
+        return s, n, flip, ys, inner, w
+    check(f, m, np.int32(1), mode=mode, n_loops=3)
+    check(f, m, np.int32(0), mode=mode)
