@@ -24,7 +24,7 @@ import numpy as np
 
 from .. import prims as P
 from ..core import FuncgradError
-from ..loops import ExecRec, loop_out_p, loop_run_effect_p, loop_run_p, run_np
+from ..loops import ExecRec, loop_out_p, loop_run_effect_p, loop_run_p
 from ..prims import IndexOutOfRange
 from .cpu_blas import one_thread, serial_flops
 from .cpu_plan import STEP_BUILDERS, Program, compile_quietly, exact_only
@@ -60,14 +60,15 @@ class Body:
 
     def _first(self, args, bufs):
         """The first run compiles the kernels; numba's notes are not the user's."""
-        run = self.fn = self.program.fn
         try:
             with compile_quietly():
-                return run(args, bufs)
+                out = self.program.fn(args, bufs)
         except Exception as err:   # only numba's own errors are handled here
             if not type(err).__module__.startswith("numba"):
                 raise
             raise _Refused(f"{type(err).__name__}: {str(err).splitlines()[0]}") from err
+        self.fn = self.program.fn
+        return out
 
 
 def _eqn_of(err, bs):
@@ -223,15 +224,9 @@ def _build_run(e, fuse: bool):
 
 
 def _build_effect(e, fuse: bool):
-    """Bodies with host callbacks run through the numpy impls (their prints in order)."""
-    ex, index = e.params["rec"], e.params["index"]
-
-    def lead(*bufs):
-        results = run_np(ex, list(bufs))
-        out = results[index].view()
-        ex.put(out, results)
-        return out
-    return lead
+    """Bodies with host callbacks keep the primitive's impl: the numpy impls (loops.run_np),
+    equation by equation, their prints in order."""
+    return functools.partial(e.prim.impl, **e.params)
 
 
 def _build_out(e, fuse: bool):
