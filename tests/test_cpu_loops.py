@@ -81,6 +81,8 @@ def check(f, *args, mode="fused", n_loops=1):
         bodies = ex.device_cache["cpu"][(mode != "numpy", mode != "inexact")]
         assert len(bodies) == len(ex.bodies)
         assert all(isinstance(b, cpu_loops.Body) for b in bodies)
+        if ex.kind == "scan":   # its iterations run in one generated loop
+            assert bodies[0].loop is not None
     return plan
 
 
@@ -118,6 +120,8 @@ def test_scan_reverse_ys_pytrees_and_no_xs(mode, rng):
     check(f, rng.standard_normal(3), xs, ws, mode=mode)
     check(lambda c: lax.scan(lambda c, _: (c * 1.5 + 1.0, c), c, None, length=4), 2.0,
           mode=mode)
+    check(lambda xs: lax.map(lambda r: (r.sum(), r * 2.0), xs), xs, mode=mode)   # no carry
+    check(lambda xs: lax.scan(lambda c, x: (c + x, None), 0.0, xs)[0], ws, mode=mode)  # no ys
 
 
 def test_zero_length_scan(mode):
@@ -198,13 +202,17 @@ def test_effectful_bodies_keep_the_numpy_path(capsys):
     assert ex.effectful and "cpu" not in ex.device_cache
 
 
-def test_errors_in_a_body_name_the_users_line():
+def test_errors_in_a_body_name_the_users_line(mode):
     table = np.array([1.0, 2.0])
 
-    def f(xs):
-        return lax.scan(lambda c, x: (c + 1, fnp.asarray(table)[c + x]), np.int32(0), xs)[1]
-    with pytest.raises(IndexError, match="(?s)out of bounds.*test_cpu_loops.py"):
-        jit(f)(np.ones(4, np.int32))
+    def body(c, x):
+        return c + 1, fnp.asarray(table)[c + x]   # out of bounds from the second step
+    line = body.__code__.co_firstlineno + 1
+    jf = jit(lambda xs: lax.scan(body, np.int32(0), xs)[1])
+    for _ in range(3):   # the first run (kernels compile) and the generated loop after it
+        with pytest.raises(IndexError, match=f"(?s)out of bounds.*test_cpu_loops.py:{line}"):
+            jf(np.ones(4, np.int32))
+    assert np.asarray(jf(np.zeros(2, np.int32) - 1)).tolist() == [2.0, 1.0]
 
 
 def test_two_threads_share_a_plan(monkeypatch, rng):

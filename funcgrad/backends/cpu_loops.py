@@ -4,12 +4,15 @@ A jitted step's `loop_run` equation (funcgrad/loops.py) runs its loop here. Each
 body expression of the loop's ExecRec is built once into a cpu_plan.Program, the same
 generated function over fused njit kernels, BLAS products into planned buffers and numpy
 calls that runs a whole step, and cached on the record (`ex.device_cache["cpu"]`, one set of
-bodies per kind of program: numpy-only or fused). Each iteration is then one call of that
-function with the constants, the carry and the x rows as its arguments; the body's arena is
-taken once per loop run and reused by every iteration. A body program follows its plan: the
-numpy program while the plan runs its numpy program, kernels once the plan fuses, so results
-are the numpy interpreter's bit for bit where the plan's are (FUNCGRAD_CPU_EXACT, the
-default), and within an ulp or two otherwise. Loops inside a body run the same way.
+bodies per kind of program: numpy-only or fused). A while_loop or cond calls that function
+with the constants and the carry as its arguments; a scan runs the same lines inside one
+generated `for` loop (x rows read, y rows written, the carry renamed in place), so that an
+iteration is no Python call. The body's arena is taken once per loop run and reused by every
+iteration; a loop whose products are all small holds OpenBLAS at one thread for the whole run.
+A body program follows its plan: the numpy program while the plan runs its numpy program,
+kernels once the plan fuses, so results are the numpy interpreter's bit for bit where the
+plan's are (FUNCGRAD_CPU_EXACT, the default), and within an ulp or two otherwise. Loops inside
+a body run the same way.
 A body with host callbacks (debug.print) runs through the numpy impls (loops.run_np), as
 eagerly: its prints keep their order.
 """
@@ -29,6 +32,8 @@ from ..prims import IndexOutOfRange
 from .cpu_blas import one_thread, serial_flops
 from .cpu_plan import STEP_BUILDERS, Program, compile_quietly, exact_only
 
+_BODY_FILE = "<funcgrad cpu loop body>"
+
 
 class _Refused(Exception):
     """numba refused to compile a fused body kernel (raised on the body's first run)."""
@@ -38,15 +43,45 @@ class Body:
     """One body expression as a compiled CPU program: `fn(args, bufs)` returns its results;
     `bufs` is an arena from `take()` (given back by `give()`)."""
 
-    def __init__(self, expr, consts, fuse: bool, blas_held: bool = False):
+    def __init__(self, expr, consts, fuse: bool, blas_held: bool = False, scan=None):
         self.expr, self.consts = expr, consts
         # a file name of its own: a plan maps its errors by its lines, not a body's
-        self.program = prog = Program(expr, consts, fuse, filename="<funcgrad cpu loop body>",
+        self.program = prog = Program(expr, consts, fuse, filename=_BODY_FILE,
                                       blas_held=blas_held)
         self.memory = prog.memory
         self._bufs = prog.memory.new_buffers()
         self._lock = threading.Lock()
         self.fn = self._first if prog.kernels else prog.fn
+        self.loop, self.line_eqn = None, {prog.fn.__code__: prog.line_eqn}
+        if scan is not None:
+            self._scan_loop(*scan)
+
+    def _scan_loop(self, nc, nk, ny):
+        """loop(consts, carry, xs, ys, bufs, order) -> carry: the body's lines inside one
+        generated `for i in order` (x rows in, y rows out, the carry renamed), so that an
+        iteration is no Python call and no argument list."""
+        prog = self.program
+        names = prog.arg_names
+        cn, kn, xn = names[:nc], names[nc:nc + nk], names[nc + nk:]
+
+        def unpack(vs, what):
+            return [f"    {''.join(v + ', ' for v in vs)}= {what}"] if vs else []
+        head = (["def loop(consts, carry, xs, ys, bufs, order):"] + unpack(cn, "consts")
+                + unpack(kn, "carry") + unpack([f"X{j}" for j in range(len(xn))], "xs")
+                + unpack([f"Y{j}" for j in range(ny)], "ys") + ["    for i in order:"]
+                + [f"        {x} = X{j}[i, ...]" for j, x in enumerate(xn)])
+        # the new carry and the y rows in one assignment (its right side is read first)
+        targets = list(kn) + [f"Y{j}[i]" for j in range(ny)]
+        lhs = "".join(t + ", " for t in targets) or "_"
+        rhs = "".join(o + ", " for o in prog.out_exprs) or "()"
+        tail = [f"        {lhs} = {rhs}", f"    return [{', '.join(kn)}]"]
+        src = "\n".join(head + ["        " + ln for ln in prog.lines] + tail) + "\n"
+        env = dict(prog.env)
+        exec(compile(src, _BODY_FILE, "exec"), env)
+        self.loop = env["loop"]
+        shift = len(head) + 1 - 3   # the plan's line k is the loop's line k + shift
+        self.line_eqn[self.loop.__code__] = {k + shift: e for k, e in prog.line_eqn.items()}
+        self.loop_source = src
 
     def take(self):
         """The body's arena, or a fresh one while another thread runs this body."""
@@ -73,12 +108,12 @@ class Body:
 
 def _eqn_of(err, bs):
     """The body equation whose line raised `err` (the innermost body frame), or None."""
-    codes = {b.program.fn.__code__: b for b in bs}
+    lines = {code: table for b in bs for code, table in b.line_eqn.items()}
     tb, hit = err.__traceback__, None
     while tb is not None:
-        b = codes.get(tb.tb_frame.f_code)
-        if b is not None:
-            hit = b.program.line_eqn.get(tb.tb_lineno)
+        table = lines.get(tb.tb_frame.f_code)
+        if table is not None:
+            hit = table.get(tb.tb_lineno)
         tb = tb.tb_next
     return hit
 
@@ -125,7 +160,11 @@ def bodies(ex: ExecRec, fuse: bool) -> Bodies:
     if hit is None:
         serial = all(_serial_only(e) is not False for e, _ in ex.bodies) and any(
             _serial_only(e) for e, _ in ex.bodies)
-        hit = cache[key] = Bodies([Body(e, c, fuse, serial) for e, c in ex.bodies], serial)
+        scan = None
+        if ex.kind == "scan":
+            scan = (ex.n_consts, ex.n_carry, len(ex.out_avals) - ex.n_carry)
+        hit = cache[key] = Bodies([Body(e, c, fuse, serial, scan) for e, c in ex.bodies],
+                                  serial)
     return hit
 
 
@@ -136,13 +175,16 @@ def _scan(ex, bufs, bs):
     ys = [np.empty(a.shape, a.dtype) for a in ex.out_avals[nk:]]
     if n == 0:
         return carry + ys
+    order = range(n - 1, -1, -1) if ex.reverse else range(n)
     arena = body.take()
     try:
-        for i in (range(n - 1, -1, -1) if ex.reverse else range(n)):
+        if body.fn is not body.program.fn:   # the first run, which compiles the kernels
+            i, order = order[0], order[1:]
             outs = body.fn(consts + carry + [x[i, ...] for x in xs], arena)
             carry = list(outs[:nk])
             for y, o in zip(ys, outs[nk:]):
                 y[i] = o
+        carry = body.loop(consts, carry, xs, ys, arena, order)
     finally:
         body.give(arena)
     return carry + ys

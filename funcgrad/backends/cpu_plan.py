@@ -174,6 +174,9 @@ class Program:
         if not args:
             src = src.replace("    = args\n", "    pass\n")
         self.source = src
+        # the pieces, for functions that run the same lines in a loop (cpu_loops): argument
+        # names, lines (line k of the plan is lines[k - 3]), result expressions, globals
+        self.arg_names, self.lines, self.out_exprs, self.env = args, lines, outs, env
         exec(compile(src, self.filename, "exec"), env)
         self.fn = env["plan"]
 
