@@ -83,6 +83,8 @@ def check(f, *args, mode="fused", n_loops=1):
         assert all(isinstance(b, cpu_loops.Body) for b in bodies)
         if ex.kind == "scan":   # its iterations run in one generated loop
             assert bodies[0].loop is not None
+        if ex.kind == "while":
+            assert bodies.loop is not None
     return plan
 
 
@@ -213,6 +215,15 @@ def test_errors_in_a_body_name_the_users_line(mode):
         with pytest.raises(IndexError, match=f"(?s)out of bounds.*test_cpu_loops.py:{line}"):
             jf(np.ones(4, np.int32))
     assert np.asarray(jf(np.zeros(2, np.int32) - 1)).tolist() == [2.0, 1.0]
+
+    def wbody(c):
+        return c[0] + 1, c[1] + fnp.asarray(table)[c[0]]   # out of bounds at c[0] = 2
+    wline = wbody.__code__.co_firstlineno + 1
+    jw = jit(lambda n: lax.while_loop(lambda c: c[0] < n, wbody, (np.int32(0), 0.0))[1])
+    for _ in range(3):
+        with pytest.raises(IndexError, match=f"(?s)out of bounds.*test_cpu_loops.py:{wline}"):
+            jw(np.int32(4))
+    assert float(jw(np.int32(2))) == 3.0
 
 
 def test_two_threads_share_a_plan(monkeypatch, rng):

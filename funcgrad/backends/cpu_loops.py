@@ -4,10 +4,10 @@ A jitted step's `loop_run` equation (funcgrad/loops.py) runs its loop here. Each
 body expression of the loop's ExecRec is built once into a cpu_plan.Program, the same
 generated function over fused njit kernels, BLAS products into planned buffers and numpy
 calls that runs a whole step, and cached on the record (`ex.device_cache["cpu"]`, one set of
-bodies per kind of program: numpy-only or fused). A while_loop or cond calls that function
-with the constants and the carry as its arguments; a scan runs the same lines inside one
-generated `for` loop (x rows read, y rows written, the carry renamed in place), so that an
-iteration is no Python call. The body's arena is taken once per loop run and reused by every
+bodies per kind of program: numpy-only or fused). A cond calls that function with its
+operands; a scan runs the same lines inside one generated `for` loop (x rows read, y rows
+written, the carry renamed in place) and a while_loop its condition's and body's lines inside
+one `while True`, so that an iteration is no Python call. The body's arena is taken once per loop run and reused by every
 iteration; a loop whose products are all small holds OpenBLAS at one thread for the whole run.
 A body program follows its plan: the numpy program while the plan runs its numpy program,
 kernels once the plan fuses, so results are the numpy interpreter's bit for bit where the
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 import threading
 import warnings
 
@@ -127,6 +128,7 @@ class Bodies(list):
     def __init__(self, items, serial):
         super().__init__(items)
         self.serial = serial
+        self.loop = None   # a while_loop's generated loop (_while_loop)
 
 
 def _serial_only(expr) -> bool | None:
@@ -165,7 +167,55 @@ def bodies(ex: ExecRec, fuse: bool) -> Bodies:
             scan = (ex.n_consts, ex.n_carry, len(ex.out_avals) - ex.n_carry)
         hit = cache[key] = Bodies([Body(e, c, fuse, serial, scan) for e, c in ex.bodies],
                                   serial)
+        if ex.kind == "while":
+            hit.loop = _while_loop(*hit, ex.n_cconsts, ex.n_bconsts)
     return hit
+
+
+_NAME = re.compile(r"\b((?:f|s)?v\d+|as\d+|bufs)\b")   # the names a Program's lines use
+
+
+def _renamed(prog, prefix):
+    """prog's argument names, lines, result expressions and globals with its own names
+    prefixed (so that two programs' lines can share one function)."""
+    def sub(text):
+        return _NAME.sub(lambda m: prefix + m.group(1), text)
+    env = {(prefix + k if _NAME.fullmatch(k) else k): v for k, v in prog.env.items()
+           if k != "plan"}
+    return ([prefix + a for a in prog.arg_names], [sub(ln) for ln in prog.lines],
+            [sub(o) for o in prog.out_exprs], env)
+
+
+def _while_loop(cond, body, ncc, nbc):
+    """loop(cconsts, bconsts, carry, c_bufs, b_bufs) -> carry: the condition's and the body's
+    lines in one generated `while True` (no Python call, no argument list per iteration)."""
+    cargs, clines, couts, env = _renamed(cond.program, "c_")
+    bargs, blines, bouts, benv = _renamed(body.program, "b_")
+    env.update(benv)
+    ck, bk = cargs[ncc:], bargs[nbc:]
+
+    def names(vs):
+        return "".join(v + ", " for v in vs)
+    head = ["def loop(cconsts, bconsts, carry, c_bufs, b_bufs):"]
+    head += [f"    {names(cargs[:ncc])}= cconsts"] if ncc else []
+    head += [f"    {names(bargs[:nbc])}= bconsts"] if nbc else []
+    head += [f"    {names(bk)}= carry"] if bk else []
+    head += ["    while True:"] + ([f"        {names(ck)}= {names(bk)}"] if ck else [])
+    mid = [f"        if not {couts[0]}:", "            break"]
+    tail = [f"        {names(bk)}= {names(bouts)}"] if bk else []
+    src = "\n".join(head + ["        " + ln for ln in clines] + mid
+                    + ["        " + ln for ln in blines] + tail
+                    + [f"    return [{', '.join(bk)}]"]) + "\n"
+    exec(compile(src, _BODY_FILE, "exec"), env)
+    fn = env["loop"]
+    # errors: the condition's line k is the loop's k + c_shift, the body's k + b_shift
+    c_shift = len(head) + 1 - 3
+    b_shift = c_shift + len(clines) + len(mid)
+    table = {k + c_shift: e for k, e in cond.program.line_eqn.items()}
+    table.update({k + b_shift: e for k, e in body.program.line_eqn.items()})
+    body.line_eqn[fn.__code__] = table
+    fn.source = src
+    return fn
 
 
 def _scan(ex, bufs, bs):
@@ -199,6 +249,8 @@ def _while(ex, bufs, bs):
     try:
         ba = body.take()
         try:
+            if cond.fn is cond.program.fn and body.fn is body.program.fn:   # compiled
+                return bs.loop(cconsts, bconsts, carry, ca, ba)
             while cond.fn(cconsts + carry, ca)[0]:
                 carry = list(body.fn(bconsts + carry, ba))
         finally:
