@@ -7,8 +7,9 @@ calls that runs a whole step, and cached on the record (`ex.device_cache["cpu"]`
 bodies per kind of program: numpy-only or fused). A cond calls that function with its
 operands; a scan runs the same lines inside one generated `for` loop (x rows read, y rows
 written, the carry renamed in place) and a while_loop its condition's and body's lines inside
-one `while True`, so that an iteration is no Python call. The body's arena is taken once per loop run and reused by every
-iteration; a loop whose products are all small holds OpenBLAS at one thread for the whole run.
+one `while True`, so that an iteration is no Python call. The body's arena is taken once per
+loop run and reused by every iteration; a loop whose products are all small holds OpenBLAS at
+one thread for the whole run.
 A body program follows its plan: the numpy program while the plan runs its numpy program,
 kernels once the plan fuses, so results are the numpy interpreter's bit for bit where the
 plan's are (FUNCGRAD_CPU_EXACT, the default), and within an ulp or two otherwise. Loops inside
