@@ -73,6 +73,10 @@ def test_each_loop_group_runs_once_under_jit_and_eagerly(monkeypatch):
     real = funcgrad.loops.run_np
     monkeypatch.setattr(funcgrad.loops, "run_np", lambda ex, bufs: runs.append(ex.kind)
                         or real(ex, bufs))
+    from funcgrad.backends import cpu_loops   # jit on the CPU runs compiled bodies
+    real_cpu = cpu_loops.run
+    monkeypatch.setattr(cpu_loops, "run", lambda ex, bufs, fuse: runs.append(ex.kind)
+                        or real_cpu(ex, bufs, fuse))
 
     def f(x):   # 3 results (2 carries, 1 stacked y), all used
         (a, b), ys = lax.scan(lambda c, t: ((c[0] + t, c[1] * 2.0), c[0] * t), (x, x), fnp.ones(4))
