@@ -40,9 +40,13 @@ OP_N, OP_T = 0, 1
 GEMM_DEFAULT = -1
 INT_MAX = 2 ** 31 - 1
 WORKSPACE = 8 << 20    # bytes per workspace lane
-# workspaces GEMMs of a captured graph take in turn: with one, GEMMs run one after another
-# (concurrent.py orders steps that share memory) while smaller kernels overlap them
-LANES = max(1, int(os.environ.get("FUNCGRAD_GEMM_LANES", "1")))
+# Workspaces the GEMMs of a captured graph take (concurrent.py orders steps sharing memory):
+# products of at least SMALL_GEMM multiply-adds share lane 0 and so run one after another
+# (two side by side each took 2-3x their time alone in W1 on an H200); smaller ones take the
+# other lanes in turn and overlap (W5: 0.080 ms against 0.087 with every GEMM in order).
+# FUNCGRAD_GEMM_LANES=1: every GEMM in order.
+LANES = max(1, int(os.environ.get("FUNCGRAD_GEMM_LANES", "4")))
+SMALL_GEMM = 1 << 22
 _lanes: list = []
 _turn = [0]
 
@@ -241,16 +245,16 @@ def _ptr(buf) -> int:
     return buf.block.ptr() + buf.offset * buf.dtype.itemsize
 
 
-def _workspace() -> int:
-    """cuBLAS's workspace, outside the memory plan: while a graph is captured, one of LANES
-    buffers in turn (GEMMs sharing one are ordered by concurrent.py); else lane 0 (eager and
-    uncaptured calls run in stream order)."""
+def _workspace(macs: int) -> int:
+    """cuBLAS's workspace, outside the memory plan: while a graph is captured, lane 0 for a
+    product of `macs` >= SMALL_GEMM multiply-adds, else the other lanes in turn; lane 0 for
+    eager and uncaptured calls (they run in stream order)."""
     if not _lanes:
         from .arrays import base_pool
         _lanes.extend(base_pool().empty((WORKSPACE,), np.uint8) for _ in range(LANES))
     k = 0
-    if runtime._keep is not None:
-        k = _turn[0] = (_turn[0] + 1) % LANES
+    if runtime._keep is not None and macs < SMALL_GEMM and LANES > 1:
+        k = _turn[0] = _turn[0] % (LANES - 1) + 1
     p = _ptr(_lanes[k])
     runtime.note_write(p, WORKSPACE)
     return p
@@ -279,7 +283,7 @@ def gemm(x, xs, y, ys, out, Bn, M, N, K, precision=None) -> bool:
     scal = "float64" if x.dtype.name == "float64" else "float32"
     if runtime.dry_run:   # compile.dry_run records numba launches only
         return True
-    ws = _workspace()
+    ws = _workspace(Bn * M * N * K)
     s = runtime.stream()
     stream = 0 if isinstance(s, int) else int(s.handle)
     full = (ta, tb, m, n, k, _ONE[scal].ctypes.data, _ptr(y), dt, lda, sa, _ptr(x), dt, ldb,
