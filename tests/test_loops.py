@@ -379,3 +379,24 @@ def test_cuda_graph_size_independent_of_trip_count(_fast_sim):
             sizes[n] = int(cb.cuGraphGetNodes(e.graph, 0)[2])
     if not fcuda.simulator_active():
         assert sizes[10] == sizes[10_000], sizes
+
+
+@pytest.mark.cuda
+@cuda
+def test_cuda_eager_loops_equal_numpy(_fast_sim):
+    # outside a plan's graph a long scan and a while_loop run as graphs of their own on a real
+    # GPU (the host runs the iterations under the simulator); results equal numpy's
+    xs = np.linspace(-1.0, 1.0, 24).astype(np.float32)
+    c, ys = lax.scan(lambda c, x: (c * 0.5 + x, c * x), np.float32(0.25), _cu(xs))
+    cw, yw = 0.25, []
+    for x in xs:
+        yw.append(cw * x)
+        cw = cw * 0.5 + x
+    np.testing.assert_allclose(float(c), cw, rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(ys), yw, rtol=1e-5, atol=1e-7)
+    v = lax.while_loop(lambda v: fnp.sum(v) < 100.0, lambda v: v * 1.5 + 1.0,
+                       _cu(np.ones(3, np.float32)))
+    w = np.ones(3, np.float32)
+    while w.sum() < 100.0:
+        w = w * np.float32(1.5) + np.float32(1.0)
+    np.testing.assert_allclose(np.asarray(v), w, rtol=1e-6)

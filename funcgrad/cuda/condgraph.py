@@ -218,3 +218,54 @@ def keep(obj) -> None:
     """Keep `obj` (memory a captured body uses) alive as long as the graph being captured."""
     if runtime._keep is not None:
         runtime._keep.append(obj)
+
+
+_own: list = []   # (CUstream, numba stream) capturing loops that run outside a plan's graph
+
+
+def in_own_graph(fn):
+    """Run fn() (a loop's lowering) captured into a graph of its own and launch that graph on
+    the legacy stream: an eager loop, or one in a plan's first calls, then runs its iterations
+    on the device too instead of a host loop of launches (and a host read per while_loop
+    test). Device checks inside it are raised after the launch (or deferred to the plan's)."""
+    import gc
+
+    from ..core import source_info
+    cb = _cb()
+    if not _own:
+        h = _ok(cb.cuStreamCreate(cb.CUstream_flags.CU_STREAM_NON_BLOCKING.value))
+        _own.append((h, runtime.load().external_stream(int(h))))
+    h, s = _own[0]
+    prev = runtime._stream, runtime._deferred, runtime._on_defer, runtime._keep
+    runtime._stream, runtime._deferred, runtime._on_defer, runtime._keep = s, [], None, []
+    keep, checks = runtime._keep, runtime._deferred
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        with runtime.load().defer_cleanup():
+            _ok(cb.cuStreamBeginCapture(h, cb.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED))
+            try:
+                results = fn()
+            finally:
+                res = cb.cuStreamEndCapture(h)
+    finally:
+        if gc_was:
+            gc.enable()
+        runtime._stream, runtime._deferred, runtime._on_defer, runtime._keep = prev
+    graph = _ok(res)
+    try:
+        exe = _ok(cb.cuGraphInstantiate(graph, 0))
+        try:
+            _ok(cb.cuGraphLaunch(exe, 0))
+        finally:
+            cb.cuGraphExecDestroy(exe)   # freed when the launch completes
+    finally:
+        cb.cuGraphDestroy(graph)
+    del keep   # the bodies' memory: reused only by work queued after the launch
+    for err, raise_if_bad, src in checks:
+        if runtime._deferred is not None:
+            runtime._deferred.append((err, raise_if_bad, src))
+        else:
+            with source_info(src):
+                raise_if_bad(err)
+    return results

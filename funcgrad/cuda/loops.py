@@ -8,9 +8,11 @@ copies y rows out and the new carry over the old. When a plan is captured as a C
 real GPU, the loop is one conditional node (condgraph.py): a scan or while_loop a WHILE node
 whose body is one iteration and decides on the device whether to run again; a cond a SWITCH
 node. The graph's size is then independent of the trip count and nothing waits on the host.
-Elsewhere (eager calls, a plan's first calls, the simulator) the host runs the iterations:
-`while` and `cond` read their predicate or index back. A body with host callbacks
-(debug.print) cannot be captured: the plan then launches its steps one by one.
+Outside a plan's capture on a real GPU (eager calls, a plan's first calls) a while_loop or a
+scan of 8 or more steps is captured into a small graph of its own, launched once
+(condgraph.in_own_graph). Elsewhere (short scans, cond, the simulator) the host runs the
+iterations: `while` and `cond` read their predicate or index back. A body with host callbacks
+(debug.print) cannot be captured: its iterations run from the host.
 """
 from __future__ import annotations
 
@@ -274,13 +276,25 @@ def _host_scalar(buf: DeviceBuffer, what: str):
 
 
 _RUN = {"scan": _scan, "while": _while, "cond": _cond}
+OWN_GRAPH_MIN_STEPS = 8   # shorter scans (and every cond) run from the host outside a graph
+
+
+def _own_graph(ex) -> bool:
+    """Run this loop as a graph of its own: outside a plan's capture on a real GPU, a while_loop
+    or a scan of OWN_GRAPH_MIN_STEPS or more, without host callbacks."""
+    return (not runtime.SIM and not runtime.dry_run and runtime._keep is None
+            and not ex.effectful and (ex.kind == "while" or (
+                ex.kind == "scan" and ex.length >= OWN_GRAPH_MIN_STEPS)))
 
 
 def register(table: dict) -> None:
     """Add the loop primitives' lowerings to the lowering table (bodies use the same table)."""
     def run(bufs, params, aval):
         ex, index = params["rec"], params["index"]
-        results = _RUN[ex.kind](ex, list(bufs), table)
+        if _own_graph(ex):
+            results = cg.in_own_graph(lambda: _RUN[ex.kind](ex, list(bufs), table))
+        else:
+            results = _RUN[ex.kind](ex, list(bufs), table)
         r = results[index]
         lead = r.view(r.shape, r.strides, r.offset)   # a fresh object: the stash key
         ex.put(lead, results)
