@@ -13,28 +13,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
+import sys
 import time
 
 import numpy as np
 
-H, B = 64, 32
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-
-def _data(n):
-    rng = np.random.default_rng(0)
-    w = (rng.standard_normal((H, H)) / np.sqrt(H)).astype(np.float32)
-    xs = rng.standard_normal((n, B, H)).astype(np.float32)
-    return w, np.zeros((B, H), np.float32), xs
-
-
-def _loss(np_, lax):
-    def f(w, h, xs):
-        def cell(h, x):
-            h = np_.tanh(h @ w + x)
-            return h, np_.sum(h)
-        h, ys = lax.scan(cell, h, xs)
-        return np_.sum(h) + np_.sum(ys)
-    return f
+from bench_loops import _data, _loss
 
 
 @contextlib.contextmanager

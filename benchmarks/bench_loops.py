@@ -23,6 +23,17 @@ def _data(n):
     return w, np.zeros((B, H), np.float32), xs
 
 
+def _loss(np_, lax):
+    """The benchmark's program over a numpy-like module and a lax module."""
+    def f(w, h, xs):
+        def cell(h, x):
+            h = np_.tanh(h @ w + x)
+            return h, np_.sum(h)
+        h, ys = lax.scan(cell, h, xs)
+        return np_.sum(h) + np_.sum(ys)
+    return f
+
+
 def _time(call, sync, reps=20):
     t0 = time.perf_counter()
     sync(call())
@@ -60,14 +71,7 @@ def run(lib, n):
         def sync(r):
             r.block_until_ready()
 
-    def f(w, h, xs):
-        def cell(h, x):
-            h = np_.tanh(h @ w + x)
-            return h, np_.sum(h)
-        h, ys = lax.scan(cell, h, xs)
-        return np_.sum(h) + np_.sum(ys)
-
-    jf = (funcgrad.jit if lib == "funcgrad" else jax.jit)(f)
+    jf = (funcgrad.jit if lib == "funcgrad" else jax.jit)(_loss(np_, lax))
     w, h, xs = (put(a) for a in _data(n))
     first, med = _time(lambda: jf(w, h, xs), sync)
     extra = {}

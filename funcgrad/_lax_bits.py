@@ -18,14 +18,20 @@ def _exponent(ax, work):
     return fnp.where(fnp.power(work(2.0), e + 1.0) <= ax, e + 1.0, e)
 
 
+def _format(dt):
+    """(bit width, mantissa bits, exponent bias, working float type, signed integer type)
+    of float dtype dt (float16 is worked in float32 and int32)."""
+    fi = np.finfo(dt)
+    width = dt.itemsize * 8
+    work = np.float32 if dt == np.float16 else dt.type
+    return (width, int(fi.nmant), int(fi.maxexp) - 1, work,
+            np.dtype(_INT[64] if width == 64 else _INT[32]))
+
+
 def _float_to_bits(x):
     """The IEEE bits of float x as a signed integer of the same width (NaN: the quiet NaN)."""
     dt = x.dtype
-    fi = np.finfo(dt)
-    width, nmant = dt.itemsize * 8, int(fi.nmant)
-    bias = int(fi.maxexp) - 1
-    work = np.float32 if dt == np.float16 else dt.type
-    itype = np.dtype(_INT[64] if width == 64 else _INT[32])
+    width, nmant, bias, work, itype = _format(dt)
     xw = fnp.asarray(x, work)
     ax = fnp.abs(xw)
     finite_nz = fnp.logical_and(fnp.isfinite(xw), ax > 0)
@@ -47,11 +53,7 @@ def _float_to_bits(x):
 
 def _bits_to_float(i, dt):
     """The float of dtype dt whose IEEE bits are the signed integer i (same width)."""
-    fi = np.finfo(dt)
-    width, nmant = dt.itemsize * 8, int(fi.nmant)
-    bias = int(fi.maxexp) - 1
-    work = np.float32 if dt == np.float16 else dt.type
-    itype = np.dtype(_INT[64] if width == 64 else _INT[32])
+    width, nmant, bias, work, itype = _format(dt)
     i = fnp.asarray(i, itype)
     neg = i < 0
     low = fnp.bitwise_and(i, itype.type(2 ** (width - 1) - 1))    # the bits below the sign

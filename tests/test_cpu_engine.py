@@ -218,9 +218,11 @@ def test_kernels_split_over_two_threads_equal_unsplit(monkeypatch, rng):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-def test_adaptive_runs_the_way_that_was_faster_lately():
+def _adaptive(cost):
+    """An Adaptive choosing between two ways whose calls cost cost[k] (a list the test may
+    change) on a fake clock; returns it and the list of the ways it ran."""
     from funcgrad.backends.cpu_blas import Adaptive
-    now, cost, used = [0.0], [5.0, 1.0], []
+    now, used = [0.0], []
 
     def way(k):
         def run():
@@ -228,7 +230,12 @@ def test_adaptive_runs_the_way_that_was_faster_lately():
             now[0] += cost[k]
         return run
 
-    ad = Adaptive((way(0), way(1)), clock=lambda: now[0])
+    return Adaptive((way(0), way(1)), clock=lambda: now[0]), used
+
+
+def test_adaptive_runs_the_way_that_was_faster_lately():
+    cost = [5.0, 1.0]
+    ad, used = _adaptive(cost)
     for _ in range(40):
         ad()
     assert used[:2] == [0, 1] and used[-30:].count(1) >= 28   # 1 wins, 0 is retried rarely
@@ -237,6 +244,23 @@ def test_adaptive_runs_the_way_that_was_faster_lately():
     for _ in range(20):
         ad()
     assert used[-20:].count(0) >= 19
+
+
+def test_adaptive_looks_back_soon_after_a_single_stall():
+    cost = [1.0, 2.0]
+    ad, used = _adaptive(cost)
+    for _ in range(200):   # way 0 wins; way 1 is retried ever more rarely
+        ad()
+    assert ad.best == 0 and ad.explore > 8
+    cost[0] = 50.0          # one preempted run of way 0 ...
+    ad()
+    cost[0] = 1.0           # ... and it is fast again
+    used.clear()
+    for _ in range(12):
+        ad()
+    # way 1 runs until way 0 is retried (within 8 calls), which wins back at once
+    assert used[0] == 1 and 0 in used[:9] and used[-3:] == [0, 0, 0]
+    assert ad.best == 0
 
 
 def test_chunks_run_once_each_without_waiting_for_a_late_helper_and_raise():
