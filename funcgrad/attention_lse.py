@@ -25,7 +25,7 @@ from .core import Eqn, Expr, ShapedArray, Var, bind, defprim, type_error
 # ---------------------------------------------------------------------------------------------
 
 
-def _fwdl_shape(q, k, v, *, scale, causal):
+def _fwdl_shape(q, k, v, *, scale, causal, precision=None):
     o = A.attention_p.shape(q, k, v, scale=scale, causal=causal)
     if A._stats_dtype(q.dtype) != q.dtype:
         raise type_error("attention_fwdl", "needs float32 or float64 operands", (q, k, v))
@@ -42,25 +42,25 @@ def _lse_impl(q, k, scale, causal):
     return lse
 
 
-def _fwdl_impl(q, k, v, *, scale, causal):
+def _fwdl_impl(q, k, v, *, scale, causal, precision=None):
     o = A._attn_impl(q, k, v, scale=scale, causal=causal)
     lse = _lse_impl(q, k, scale, causal)
     return np.concatenate([o.reshape(-1), lse.reshape(-1).astype(o.dtype)])
 
 
-def _ref_fwdl(q, k, v, *, scale, causal):
+def _ref_fwdl(q, k, v, *, scale, causal, precision=None):
     from . import numpy as fnp
     o = A._ref_attention(q, k, v, scale=scale, causal=causal)
     lse = A._ref_stats(q, k, o, o, scale=scale, causal=causal)[..., 0]
     return fnp.concatenate([fnp.reshape(o, (-1,)), fnp.reshape(lse, (-1,))])
 
 
-def _fwdl_batch(args, dims, *, scale, causal):
+def _fwdl_batch(args, dims, *, scale, causal, precision=None):
     # the mapped axis merges into the batch axis; the flat result is re-split per mapped row
     size = P._batch_size(args, dims)
     args = [P._bcast_batched(a, d, size) for a, d in zip(args, dims)]
     q, k, v = [P.reshape(a, (size * a.shape[1],) + tuple(a.shape[2:])) for a in args]
-    flat = bind(attention_fwdl_p, q, k, v, scale=scale, causal=causal)
+    flat = bind(attention_fwdl_p, q, k, v, **A._params(scale, causal, precision))
     o_aval = A.attention_p.shape(q.aval, k.aval, v.aval, scale=scale, causal=causal)
     n_o = o_aval.size
     o = P.reshape(_piece(flat, 0, n_o), (size, n_o // size))

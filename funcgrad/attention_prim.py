@@ -62,12 +62,12 @@ def _expect(name, what, got, shape, dtype, avals):
         raise type_error(name, f"{what} must be {np.dtype(dtype).name}{list(shape)}", avals)
 
 
-def _attn_shape(q, k, v, *, scale, causal):
+def _attn_shape(q, k, v, *, scale, causal, precision=None):
     _check_qkv("attention", q, k, v)
     return ShapedArray(q.shape[:3] + v.shape[3:], q.dtype)
 
 
-def _stats_shape(q, k, o, do, *, scale, causal):
+def _stats_shape(q, k, o, do, *, scale, causal, precision=None):
     _check_qkv("attention_stats", q, k, k, (o, do))
     b, t, n, _ = q.shape
     hv = o.shape[-1] if o.ndim == 4 else -1
@@ -83,12 +83,12 @@ def _bwd_check(name, q, k, v, do, stats):
     _expect(name, "stats", stats, (b, n, t, 2), _stats_dtype(q.dtype), (q, k, v, do, stats))
 
 
-def _dq_shape(q, k, v, do, stats, *, scale, causal):
+def _dq_shape(q, k, v, do, stats, *, scale, causal, precision=None):
     _bwd_check("attention_dq", q, k, v, do, stats)
     return ShapedArray(q.shape, q.dtype)
 
 
-def _dkv_shape(q, k, v, do, stats, *, scale, causal):
+def _dkv_shape(q, k, v, do, stats, *, scale, causal, precision=None):
     _bwd_check("attention_dkv", q, k, v, do, stats)
     return ShapedArray(k.shape[:3] + (k.shape[3] + v.shape[3],), q.dtype)
 
@@ -128,7 +128,7 @@ def _chunks(t):
     return [(t0, min(t, t0 + _CHUNK)) for t0 in range(0, t, _CHUNK)]
 
 
-def _attn_impl(q, k, v, *, scale, causal):
+def _attn_impl(q, k, v, *, scale, causal, precision=None):
     qa, kk, vv = _acc(q), _expand(_acc(k), q.shape[2]), _expand(_acc(v), q.shape[2])
     out = np.zeros(q.shape[:3] + v.shape[3:], qa.dtype)
     for t0, t1 in _chunks(q.shape[1]):
@@ -137,7 +137,7 @@ def _attn_impl(q, k, v, *, scale, causal):
     return out.astype(q.dtype)
 
 
-def _stats_impl(q, k, o, do, *, scale, causal):
+def _stats_impl(q, k, o, do, *, scale, causal, precision=None):
     qa, kk = _acc(q), _expand(_acc(k), q.shape[2])
     b, t, n, _ = q.shape
     lse = np.zeros((b, n, t), qa.dtype)
@@ -158,14 +158,14 @@ def _bwd_chunks(q, k, v, do, stats, scale, causal):
         yield t0, t1, p, p * (dp - st[:, :, t0:t1, 1, None]), kk
 
 
-def _dq_impl(q, k, v, do, stats, *, scale, causal):
+def _dq_impl(q, k, v, do, stats, *, scale, causal, precision=None):
     dq = np.zeros(q.shape, _acc(q).dtype)
     for t0, t1, _, ds, kk in _bwd_chunks(q, k, v, do, stats, scale, causal):
         dq[:, t0:t1] = np.einsum("bnts,bsnh->btnh", ds, kk) * dq.dtype.type(scale)
     return dq.astype(q.dtype)
 
 
-def _dkv_impl(q, k, v, do, stats, *, scale, causal):
+def _dkv_impl(q, k, v, do, stats, *, scale, causal, precision=None):
     b, t, n, h = q.shape
     s, kh, hv = k.shape[1], k.shape[2], v.shape[3]
     qa, doa = _acc(q), _acc(do)
@@ -213,7 +213,7 @@ def _ref_expand(x, n):
     return fnp.repeat(x, n // x.shape[2], axis=2) if x.shape[2] != n else x
 
 
-def _ref_stats(q, k, o, do, *, scale, causal):
+def _ref_stats(q, k, o, do, *, scale, causal, precision=None):
     from . import numpy as fnp
     logits, keep = _ref_logits(q, k, scale, causal)
     if logits.shape[-1] == 0:
@@ -237,13 +237,13 @@ def _ref_bwd(q, k, v, do, stats, scale, causal):
     return p, p * (dp - delta[..., None])
 
 
-def _ref_dq(q, k, v, do, stats, *, scale, causal):
+def _ref_dq(q, k, v, do, stats, *, scale, causal, precision=None):
     from . import numpy as fnp
     _, ds = _ref_bwd(q, k, v, do, stats, scale, causal)
     return fnp.einsum("bnts,bsnh->btnh", ds, _ref_expand(k, q.shape[2])) * scale
 
 
-def _ref_dkv(q, k, v, do, stats, *, scale, causal):
+def _ref_dkv(q, k, v, do, stats, *, scale, causal, precision=None):
     from . import numpy as fnp
     p, ds = _ref_bwd(q, k, v, do, stats, scale, causal)
     b, s, kh, h = k.shape
@@ -255,7 +255,7 @@ def _ref_dkv(q, k, v, do, stats, *, scale, causal):
     return fnp.concatenate([dk, dv], axis=-1)
 
 
-def _ref_attention(q, k, v, *, scale, causal):
+def _ref_attention(q, k, v, *, scale, causal, precision=None):
     from . import numpy as fnp
     logits, _ = _ref_logits(q, k, scale, causal)
     if logits.shape[-1] == 0:
@@ -306,10 +306,30 @@ def _last_slice(x, lo, hi):
                 limit_indices=tuple(x.shape[:-1]) + (hi,), strides=(1,) * nd)
 
 
-def _attn_vjp(ct, q, k, v, *, out, scale, causal):
+def _params(scale, causal, precision):
+    """The attention primitives' params; precision only when it is TF32 (float32 operands then
+    take the tensor-core kernels on a GPU; every other dtype and backend computes exactly)."""
+    prm = {"scale": scale, "causal": causal}
+    if precision == "tensorfloat32":
+        prm["precision"] = precision
+    return prm
+
+
+def attention_precision(precision=None):
+    """The attention params' precision for a dot precision (None: the config's default):
+    "tensorfloat32" for TF32 or bfloat16 (JAX's attention einsums follow
+    default_matmul_precision; TF32 is the closest the kernels have), else None."""
+    from .config import canonical_precision, config
+    p = canonical_precision(precision)
+    if p is None:
+        p = config.default_matmul_precision
+    return "tensorfloat32" if p in ("tensorfloat32", "bfloat16") else None
+
+
+def _attn_vjp(ct, q, k, v, *, out, scale, causal, precision=None):
     # FlashAttention-2: P = exp(s q.k - lse); dv = P^T do; ds = P (do.v - delta);
     # dq = s ds k; dk = s ds^T q
-    prm = {"scale": scale, "causal": causal}
+    prm = _params(scale, causal, precision)
     stats = bind(attention_stats_p, q, k, out, ct, **prm)
     dq = bind(attention_dq_p, q, k, v, ct, stats, **prm)
     dkv = bind(attention_dkv_p, q, k, v, ct, stats, **prm)
@@ -317,7 +337,7 @@ def _attn_vjp(ct, q, k, v, *, out, scale, causal):
     return dq, _last_slice(dkv, 0, h), _last_slice(dkv, h, dkv.shape[3])
 
 
-def _attn_jvp(ts, xs, *, out, scale, causal):
+def _attn_jvp(ts, xs, *, out, scale, causal, precision=None):
     return _ref_jvp(_ref_attention)(ts, xs, out=out, scale=scale, causal=causal)
 
 
@@ -345,11 +365,13 @@ _dkv_self.append(attention_dkv_p)
 ATTENTION_PRIMITIVES = (attention_p, attention_stats_p, attention_dq_p, attention_dkv_p)
 
 
-def attention(q, k, v, *, scale=None, causal=False):
+def attention(q, k, v, *, scale=None, causal=False, precision=None):
     """Fused attention of [B, T, N, H] queries over [B, S, K, H] keys / [B, S, K, Hv] values.
 
     The primitive behind funcgrad.nn.dot_product_attention when it has no bias and no explicit
-    mask: no T x S buffer forward or backward (see the module docstring).
+    mask: no T x S buffer forward or backward (see the module docstring). `precision` (None:
+    funcgrad.config's default_matmul_precision) "tensorfloat32" lets float32 attention run on
+    TF32 tensor cores on a GPU, as JAX's attention einsums do.
 
     Example:
         >>> import funcgrad.numpy as fnp
@@ -359,4 +381,5 @@ def attention(q, k, v, *, scale=None, causal=False):
         (1, 3, 2, 4)
     """
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    return bind(attention_p, q, k, v, scale=scale, causal=bool(causal))
+    return bind(attention_p, q, k, v,
+                **_params(scale, bool(causal), attention_precision(precision)))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import attention_src as AS
+from . import attention_tc as ATC
 from . import runtime
 from .arrays import DeviceBuffer, from_host, pool, to_host
 from .elementwise import compute_t, contiguous, fill
@@ -35,23 +36,42 @@ def _args(x: DeviceBuffer):
     return [x.arr(), x.offset, *x.strides]
 
 
-def _launch(mode, ops, extra, out, q, k, v_dim, scale, causal, st_dtype):
+def _tc_config(mode, q, h, hv, precision):
+    """(padded head dim, (warps, streamed rows)) of the TF32 tensor-core kernel for this
+    launch, or None: the SIMT kernels (exact float32, other dtypes, modes, or no fit)."""
+    if precision != "tensorfloat32" or q.dtype != np.float32 or mode not in ATC.MODES:
+        return None
+    m = max(h, hv, 1)
+    d = -(-m // 8) * 8 if runtime.SIM else _pad_dim(h, hv)
+    cfg = ATC.pick_config(mode, d, runtime.SIM)
+    return None if cfg is None else (d, cfg)
+
+
+def _launch(mode, ops, extra, out, q, k, v_dim, scale, causal, st_dtype, precision=None):
     b, t, n, h = q.shape
     s, kh = k.shape[1], k.shape[2]
-    ct_size = 4 if compute_t(q.dtype) == "float32" else q.dtype.itemsize
-    d = _pad_dim(h, v_dim)
-    cfg = AS.pick_config(mode, d, ct_size, runtime.SIM)
-    key = ("attention2", mode, q.dtype.name, np.dtype(st_dtype).name, d, cfg)
-    kern = runtime.kernel(key, lambda: AS.source(mode, q.dtype, st_dtype, d, cfg, runtime.SIM,
-                                                runtime.jit_opts()))
-    br = cfg[0]
+    tc = _tc_config(mode, q, h, v_dim, precision)
+    if tc is not None:
+        d, (w, bc) = tc
+        key = ("attention_tc", mode, d, w, bc)
+        kern = runtime.kernel(key, lambda: ATC.source(mode, d, (w, bc), runtime.SIM,
+                                                     runtime.jit_opts()))
+        br, threads = 16 * w, 32 * w
+    else:
+        ct_size = 4 if compute_t(q.dtype) == "float32" else q.dtype.itemsize
+        d = _pad_dim(h, v_dim)
+        cfg = AS.pick_config(mode, d, ct_size, runtime.SIM)
+        key = ("attention2", mode, q.dtype.name, np.dtype(st_dtype).name, d, cfg)
+        kern = runtime.kernel(key, lambda: AS.source(mode, q.dtype, st_dtype, d, cfg,
+                                                    runtime.SIM, runtime.jit_opts()))
+        br, threads = cfg[0], cfg[2] * cfg[3]
     rows, heads = (s, kh) if mode == "dkv" else (t, n)
     grid = (b * heads, -(-rows // br), 1)
     args = [a for x in ops for a in _args(x)]
     extra = [a for e in extra for a in (e.arr(), e.offset)]
-    kern[grid, cfg[2] * cfg[3], runtime.stream()](*args, *extra, out.arr(), out.offset,
-                                                  t, s, n, n // kh, h, v_dim, int(bool(causal)),
-                                                  float(scale))
+    kern[grid, threads, runtime.stream()](*args, *extra, out.arr(), out.offset,
+                                          t, s, n, n // kh, h, v_dim, int(bool(causal)),
+                                          float(scale))
     return out
 
 
@@ -60,13 +80,14 @@ def _empty(shape, dtype, zero):
     return fill(out, 0) if zero and out.size else out
 
 
-def attention(q, k, v, scale, causal, aval):
+def attention(q, k, v, scale, causal, aval, precision=None):
     out = pool().empty(aval.shape, aval.dtype)
     if out.size == 0:
         return out
     if k.shape[1] == 0:   # no keys: every row is zero (the composed softmax . v)
         return fill(out, 0)
-    return _launch("fwd", [q, k, v], [], out, q, k, v.shape[3], scale, causal, None)
+    return _launch("fwd", [q, k, v], [], out, q, k, v.shape[3], scale, causal, None,
+                   precision)
 
 
 def stats(q, k, o, do, scale, causal, aval):
@@ -81,27 +102,27 @@ def stats(q, k, o, do, scale, causal, aval):
                    aval.dtype)
 
 
-def dq(q, k, v, do, st, scale, causal, aval):
+def dq(q, k, v, do, st, scale, causal, aval, precision=None):
     out = pool().empty(aval.shape, aval.dtype)
     if out.size == 0:
         return out
     if k.shape[1] == 0:
         return fill(out, 0)
     return _launch("dq", [q, k, v, do], [contiguous(st)], out, q, k, v.shape[3], scale,
-                   causal, st.dtype)
+                   causal, st.dtype, precision)
 
 
-def dkv(q, k, v, do, st, scale, causal, aval):
+def dkv(q, k, v, do, st, scale, causal, aval, precision=None):
     out = pool().empty(aval.shape, aval.dtype)
     if out.size == 0:
         return out
     if q.shape[1] == 0 or q.shape[0] == 0:
         return fill(out, 0)
     return _launch("dkv", [q, k, v, do], [contiguous(st)], out, q, k, v.shape[3], scale,
-                   causal, st.dtype)
+                   causal, st.dtype, precision)
 
 
-def fwdl(q, k, v, scale, causal, aval):
+def fwdl(q, k, v, scale, causal, aval, precision=None):
     """attention_fwdl: o (C order) then the rows' logsumexp, in one flat buffer."""
     out = pool().empty(aval.shape, aval.dtype)
     b, t, n, _ = q.shape
@@ -118,7 +139,7 @@ def fwdl(q, k, v, scale, causal, aval):
         return out
     if n_o == 0:
         return out
-    _launch("fwdl", [q, k, v], [lse], o, q, k, hv, scale, causal, aval.dtype)
+    _launch("fwdl", [q, k, v], [lse], o, q, k, hv, scale, causal, aval.dtype, precision)
     return out
 
 
@@ -141,12 +162,16 @@ def _lowerings():
 
     def prm(params):
         return params["scale"], params["causal"]
+
+    def tc(f):   # the kernels that have a TF32 tensor-core form take the precision param
+        return lambda bufs, params, aval: f(*bufs, *prm(params), aval,
+                                            params.get("precision"))
     return {
-        A.attention_p: lambda bufs, params, aval: attention(*bufs, *prm(params), aval),
+        A.attention_p: tc(attention),
         A.attention_stats_p: lambda bufs, params, aval: stats(*bufs, *prm(params), aval),
-        A.attention_dq_p: lambda bufs, params, aval: dq(*bufs, *prm(params), aval),
-        A.attention_dkv_p: lambda bufs, params, aval: dkv(*bufs, *prm(params), aval),
-        AL.attention_fwdl_p: lambda bufs, params, aval: fwdl(*bufs, *prm(params), aval),
+        A.attention_dq_p: tc(dq),
+        A.attention_dkv_p: tc(dkv),
+        AL.attention_fwdl_p: tc(fwdl),
         AL.attention_delta_p: lambda bufs, params, aval: delta(*bufs, aval),
     }
 

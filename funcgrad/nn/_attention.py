@@ -7,8 +7,8 @@ import numpy as np
 
 from .. import fused as F
 from .. import numpy as fnp
-from ..attention_prim import MAX_HEAD_DIM, attention_p
 from .. import prims as P
+from ..attention_prim import MAX_HEAD_DIM, _params, attention_p, attention_precision
 from ..core import bind
 from ._functions import _float_dtype
 
@@ -83,7 +83,9 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
     g = n // kh
     scale = 1.0 / math.sqrt(h) if scale is None else float(scale)
     if bias is None and mask is None:
-        out = bind(attention_p, q, k, v, scale=scale, causal=bool(is_causal))
+        # float32 under default_matmul_precision "tensorfloat32": TF32 tensor-core kernels
+        out = bind(attention_p, q, k, v,
+                   **_params(scale, bool(is_causal), attention_precision()))
         return out[0] if unbatched else out
     qg = fnp.reshape(q * scale, (b, t, kh, g, h))
     # logits [B, K, T, G, S]: batch over (B, K), contract head_dim

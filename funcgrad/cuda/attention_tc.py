@@ -1,0 +1,309 @@
+"""Source generator of the TF32 tensor-core flash-attention kernels (fwd, fwdl, dq, dkv).
+
+Used for float32 attention under TF32 precision (`default_matmul_precision="tensorfloat32"`,
+as JAX's attention einsums follow it). Each warp owns 16 rows (queries; keys for dkv) and every
+product is a chain of `mma.sync.m16n8k8` (funcgrad/cuda/mma.py): the first product of a tile
+(scores = rows . streamed^T) reads both operands from shared memory, tiles stored [row][dim]
+with a row stride of D + 4 words (conflict-free fragment loads); the second (probabilities .
+values, and the backward's dS . K, P^T . dO, dS^T . Q) takes its A operand straight from the
+first product's accumulators: the contraction's 8-wide slice is permuted (slot t <-> column
+2t, slot t + 4 <-> column 2t + 1), which matches the accumulator layout, and the B operand is
+read from shared memory in the same permuted order. Softmax statistics stay in float32; a row's
+max and sum combine its four lanes by shuffles. Operands are rounded to tf32 (cvt.rna) when
+stored to shared memory; probabilities when they enter the second product. The layout of
+arguments, grid and outputs is attention_src.py's, so attention.py launches either.
+"""
+from __future__ import annotations
+
+SMEM_BYTES = 48 * 1024
+# (warps per block, streamed rows per tile) in order of preference; the first that fits is used
+GPU_CONFIGS = {"fwd": [(4, 32), (4, 16), (2, 16), (2, 8), (1, 8)],
+               "dq": [(2, 32), (4, 16), (2, 16), (2, 8), (1, 8)],
+               "dkv": [(2, 32), (4, 16), (2, 16), (2, 8), (1, 8)]}
+GPU_CONFIGS["fwdl"] = GPU_CONFIGS["fwd"]
+SIM_CONFIG = (1, 8)      # the simulator: one warp (the emulated mma needs the whole warp)
+MODES = ("fwd", "fwdl", "dq", "dkv")
+
+# the simulator's stand-ins for mma.py's intrinsics: one warp per block there, so syncthreads
+# is the warp's barrier; every lane writes its fragments to a 192-word scratch, then computes
+SIM_SOURCE = """
+import numpy as np
+
+
+@cuda.jit(device=True)
+def mma_tf32(scr, lane, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+    g = lane // 4
+    t = lane - g * 4
+    scr[g * 8 + t] = a0
+    scr[(g + 8) * 8 + t] = a1
+    scr[g * 8 + t + 4] = a2
+    scr[(g + 8) * 8 + t + 4] = a3
+    scr[128 + t * 8 + g] = b0
+    scr[128 + (t + 4) * 8 + g] = b1
+    cuda.syncthreads()
+    d0, d1, d2, d3 = c0, c1, c2, c3
+    for k in range(8):
+        d0 += scr[g * 8 + k] * scr[128 + k * 8 + 2 * t]
+        d1 += scr[g * 8 + k] * scr[128 + k * 8 + 2 * t + 1]
+        d2 += scr[(g + 8) * 8 + k] * scr[128 + k * 8 + 2 * t]
+        d3 += scr[(g + 8) * 8 + k] * scr[128 + k * 8 + 2 * t + 1]
+    cuda.syncthreads()
+    return float32(d0), float32(d1), float32(d2), float32(d3)
+
+
+@cuda.jit(device=True)
+def tf32(x):
+    b = int(np.array(x, np.float32).view(np.uint32))
+    if (b & 0x7F800000) != 0x7F800000:
+        b = (b + 0x1000) & 0xFFFFE000
+    return float32(np.array(b, np.uint32).view(np.float32))
+"""
+
+
+def smem_words(mode, D, W, BC):
+    """Shared-memory words of one block: the row tiles, the streamed tiles (and dkv's stats)."""
+    rows, cols = 16 * W * (D + 4), BC * (D + 4)
+    return {"fwd": rows + 2 * cols, "fwdl": rows + 2 * cols, "dq": 2 * rows + 2 * cols,
+            "dkv": 2 * rows + 2 * cols + 2 * BC}[mode]
+
+
+def pick_config(mode, D, sim):
+    """(warps, streamed rows) for `mode` at padded head dim D, or None (nothing fits)."""
+    if sim:
+        return SIM_CONFIG
+    for w, bc in GPU_CONFIGS[mode]:
+        if smem_words(mode, D, w, bc) * 4 <= SMEM_BYTES:
+            return w, bc
+    return None
+
+
+class _Gen:
+    def __init__(self, mode, D, cfg, sim):
+        self.mode, self.D, self.sim = mode, D, sim
+        self.W, self.BC = cfg
+        self.R, self.BR, self.NT = D + 4, 16 * self.W, 32 * self.W
+        self.DT, self.NJ = D // 8, self.BC // 8
+        self.L: list[str] = []
+
+    def emit(self, ind, *lines):
+        self.L += [("    " * ind) + x for x in lines]
+
+    def mma(self, ind, a, b, c):
+        """c (four lvalues) <- a . b + c for this warp."""
+        pre = "scr, lane, " if self.sim else ""
+        self.emit(ind, f"r0, r1, r2, r3 = mma_tf32({pre}{', '.join(a + b + c)})",
+                  *(f"{x} = r{i}" for i, x in enumerate(c)))
+
+    def load(self, ind, r0, limit, NR, ops):
+        """sm[base + r R + d] = tf32(op[b, r0 + r, head, d]) (0 outside [0, limit) x [0,
+        width)) for r < NR, d < D, for each (op, head, width, base); coalesced along d."""
+        D, R = self.D, self.R
+        self.emit(ind, f"for i in range(tid, {NR * D}, {self.NT}):", f"    r = i // {D}",
+                  f"    d = i - r * {D}", f"    rr = {r0} + r")
+        for op, head, width, base in ops:
+            self.emit(ind + 1, "x = float32(0)", f"if rr < {limit} and d < {width}:",
+                      f"    x = float32({op.upper()}a[uint64({op}o + b * {op}s0 + rr * {op}s1 "
+                      f"+ {head} * {op}s2 + d * {op}s3)])",
+                      f"sm[uint64({base} + r * {R} + d)] = tf32(x)")
+
+    def zero(self, ind, name, n):
+        self.emit(ind, f"for j in range({n}):", "    for e in range(4):",
+                  f"        {name}[j, e] = float32(0)")
+
+    def prod_rows(self, ind, acc, abase, bbase):
+        """acc[j] (16 x 8 per j) = rows[wr0 .. wr0 + 16] . streamed[8 j .. 8 j + 8]^T over D."""
+        R, NJ = self.R, self.NJ
+        self.zero(ind, acc, NJ)
+        self.emit(ind, f"for kk in range({self.DT}):",
+                  f"    pa = uint64({abase} + (wr0 + g) * {R} + kk * 8 + t)",
+                  "    a0 = sm[pa]", f"    a1 = sm[pa + uint64({8 * R})]",
+                  "    a2 = sm[pa + uint64(4)]", f"    a3 = sm[pa + uint64({8 * R + 4})]",
+                  f"    for j in range({NJ}):",
+                  f"        pb = uint64({bbase} + (j * 8 + g) * {R} + kk * 8 + t)")
+        self.mma(ind + 2, ["a0", "a1", "a2", "a3"], ["sm[pb]", "sm[pb + uint64(4)]"],
+                 [f"{acc}[j, {e}]" for e in range(4)])
+
+    def prod_out(self, ind, out, src, bbase):
+        """out[dn] += src (16 x BC, accumulator layout) . streamed[BC x D] (rows [row][dim])."""
+        R = self.R
+        for j in range(self.NJ):   # unrolled here: src[j] must stay in registers
+            self.emit(ind, f"a0 = tf32({src}[{j}, 0])", f"a1 = tf32({src}[{j}, 2])",
+                      f"a2 = tf32({src}[{j}, 1])", f"a3 = tf32({src}[{j}, 3])",
+                      f"pb = uint64({bbase} + ({j * 8} + 2 * t) * {R} + g)",
+                      f"for dn in range({self.DT}):", "    q_ = pb + uint64(dn * 8)")
+            self.mma(ind + 1, ["a0", "a1", "a2", "a3"], ["sm[q_]", f"sm[q_ + uint64({R})]"],
+                     [f"{out}[dn, {e}]" for e in range(4)])
+
+    def group(self, ind, var, op):
+        """var <- the max / sum of var over the four lanes of its row (t = 0..3)."""
+        comb = (lambda a, b: f"max({a}, {b})") if op == "max" else (lambda a, b: f"{a} + {b}")
+        if not self.sim:
+            for off in (1, 2):
+                self.emit(ind, f"{var} = "
+                          f"{comb(var, f'cuda.shfl_xor_sync(0xffffffff, {var}, {off})')}")
+            return
+        self.emit(ind, f"red[lane] = {var}", "cuda.syncthreads()", "v_ = red[g * 4]",
+                  "for u in range(1, 4):", f"    v_ = {comb('v_', 'red[g * 4 + u]')}",
+                  "cuda.syncthreads()", f"{var} = v_")
+
+    def header(self, ops, extra, out):
+        words = smem_words(self.mode, self.D, self.W, self.BC)
+        args = ", ".join(f"{x.upper()}a, {x}o, {x}s0, {x}s1, {x}s2, {x}s3" for x in ops)
+        self.emit(0, "", "@cuda.jit(OPTS)",
+                  f"def kernel({args}{extra}, {out}, outo, T, S, N, G, H, HV, causal, "
+                  "scale_):")
+        self.emit(1, f"sm = cuda.shared.array({words}, float32)")
+        if self.sim:
+            self.emit(1, "scr = cuda.shared.array(192, float32)",
+                      "red = cuda.shared.array(32, float32)")
+        self.emit(1, "tid = cuda.threadIdx.x", "w = tid // 32", "lane = tid - w * 32",
+                  "g = lane // 4", "t = lane - g * 4", "wr0 = w * 16", "sc = float32(scale_)",
+                  "NEG = float32(-math.inf)", "POS = float32(math.inf)")
+
+    def local(self, *names):
+        for name, n in names:
+            self.emit(1, f"{name} = cuda.local.array(({n}, 4), float32)")
+
+    def query_rows(self):
+        self.emit(1, "bn = cuda.blockIdx.x", "b = bn // N", "n = bn - b * N", "kh = n // G",
+                  f"row0 = (cuda.gridDim.y - 1 - cuda.blockIdx.y) * {self.BR}",
+                  f"lim = min(S, row0 + {self.BR}) if causal else S",
+                  "rowA = row0 + wr0 + g", "rowB = rowA + 8")
+
+    def entries(self, ind, c0):
+        """Loop header over this lane's accumulator entries: j, e, the column (c0 + ...) and
+        the row variable's suffix (A for e < 2, B otherwise)."""
+        self.emit(ind, f"for j in range({self.NJ}):", "    for e in range(4):",
+                  f"        col = {c0} + j * 8 + 2 * t + (e & 1)")
+
+    def store_rows(self, ind, rows, acc, dst, base, width, coeff="", bound="T"):
+        """dst[base(row) + d] = acc * coeff for this lane's rows below `bound`, d < width."""
+        for row, e0 in rows:
+            self.emit(ind, f"if {row} < {bound}:", f"    ob = {base.format(row=row)}",
+                      f"    for dn in range({self.DT}):", "        d = dn * 8 + 2 * t",
+                      f"        if d < {width}:",
+                      f"            {dst}[uint64(ob + d)] = float32({acc}[dn, {e0}]{coeff})",
+                      f"        if d + 1 < {width}:",
+                      f"            {dst}[uint64(ob + d + 1)] = "
+                      f"float32({acc}[dn, {e0 + 1}]{coeff})")
+
+
+def _fwd(g, lse_out):
+    BR, BC, R = g.BR, g.BC, g.R
+    QB, KB, VB = 0, BR * R, BR * R + BC * R
+    g.header(["q", "k", "v"], ", La, lo" if lse_out else "", "O")
+    g.local(("s", g.NJ), ("o", g.DT))
+    g.query_rows()
+    g.load(1, "row0", "T", BR, [("q", "n", "H", QB)])
+    g.zero(1, "o", g.DT)
+    g.emit(1, "m0 = NEG", "m1 = NEG", "l0 = float32(0)", "l1 = float32(0)",
+           f"for c0 in range(0, lim, {BC}):", "    cuda.syncthreads()")
+    g.load(2, "c0", "S", BC, [("k", "kh", "H", KB), ("v", "kh", "HV", VB)])
+    g.emit(2, "cuda.syncthreads()")
+    g.prod_rows(2, "s", QB, KB)
+    g.emit(2, "mx0 = NEG", "mx1 = NEG")
+    g.entries(2, "c0")
+    g.emit(4, "row = rowA if e < 2 else rowB", "x = s[j, e] * sc",
+           "if col >= S or (causal and col > row):", "    x = NEG", "s[j, e] = x",
+           "if e < 2:", "    mx0 = max(mx0, x)", "else:", "    mx1 = max(mx1, x)")
+    g.group(2, "mx0", "max")
+    g.group(2, "mx1", "max")
+    g.emit(2, "mn0 = max(m0, mx0)", "mu0 = mn0 if mn0 > NEG else float32(0)",
+           "al0 = math.exp(m0 - mu0)", "m0 = mn0", "mn1 = max(m1, mx1)",
+           "mu1 = mn1 if mn1 > NEG else float32(0)", "al1 = math.exp(m1 - mu1)", "m1 = mn1",
+           "ls0 = float32(0)", "ls1 = float32(0)", f"for j in range({g.NJ}):",
+           "    x0 = math.exp(s[j, 0] - mu0)", "    x1 = math.exp(s[j, 1] - mu0)",
+           "    x2 = math.exp(s[j, 2] - mu1)", "    x3 = math.exp(s[j, 3] - mu1)",
+           "    s[j, 0] = x0", "    s[j, 1] = x1", "    s[j, 2] = x2", "    s[j, 3] = x3",
+           "    ls0 += x0 + x1", "    ls1 += x2 + x3",
+           "l0 = l0 * al0 + ls0", "l1 = l1 * al1 + ls1", f"for dn in range({g.DT}):",
+           "    o[dn, 0] *= al0", "    o[dn, 1] *= al0", "    o[dn, 2] *= al1",
+           "    o[dn, 3] *= al1")
+    g.prod_out(2, "o", "s", VB)
+    g.group(1, "l0", "sum")
+    g.group(1, "l1", "sum")
+    g.emit(1, "inv0 = float32(1) / l0 if l0 > 0 else float32(0)",
+           "inv1 = float32(1) / l1 if l1 > 0 else float32(0)")
+    base = "outo + ((b * T + {row}) * N + n) * HV"
+    g.store_rows(1, [("rowA", 0)], "o", "O", base, "HV", " * inv0")
+    g.store_rows(1, [("rowB", 2)], "o", "O", base, "HV", " * inv1")
+    if lse_out:
+        for row, m, l_ in (("rowA", "m0", "l0"), ("rowB", "m1", "l1")):
+            g.emit(1, f"if t == 0 and {row} < T:",
+                   f"    La[uint64(lo + (b * N + n) * T + {row})] = "
+                   f"float32({m} + math.log({l_})) if {l_} > 0 else NEG")
+
+
+def _dq(g):
+    BR, BC, R = g.BR, g.BC, g.R
+    QB, GB, KB = 0, BR * R, 2 * BR * R
+    VB = KB + BC * R
+    g.header(["q", "k", "v", "g"], ", ST, sto", "DQ")
+    g.local(("s", g.NJ), ("p", g.NJ), ("dq", g.DT))
+    g.query_rows()
+    g.load(1, "row0", "T", BR, [("q", "n", "H", QB), ("g", "n", "HV", GB)])
+    for i, row in ((0, "rowA"), (1, "rowB")):   # -inf logsumexp -> +inf: probabilities 0
+        g.emit(1, f"lse{i} = POS", f"dl{i} = float32(0)", f"if {row} < T:",
+               f"    sti = sto + ((b * N + n) * T + {row}) * 2", "    x = float32(ST[sti])",
+               f"    lse{i} = POS if x == NEG else x", f"    dl{i} = float32(ST[sti + 1])")
+    g.zero(1, "dq", g.DT)
+    g.emit(1, f"for c0 in range(0, lim, {BC}):", "    cuda.syncthreads()")
+    g.load(2, "c0", "S", BC, [("k", "kh", "H", KB), ("v", "kh", "HV", VB)])
+    g.emit(2, "cuda.syncthreads()")
+    g.prod_rows(2, "s", QB, KB)
+    g.prod_rows(2, "p", GB, VB)
+    # dS = P * (dP - delta), P = exp(s q.k - lse) (masked: 0)
+    g.entries(2, "c0")
+    g.emit(4, "row = rowA if e < 2 else rowB", "ls = lse0 if e < 2 else lse1",
+           "dl = dl0 if e < 2 else dl1", "x = math.exp(s[j, e] * sc - ls)",
+           "if col >= S or (causal and col > row):", "    x = float32(0)",
+           "s[j, e] = x * (p[j, e] - dl)")
+    g.prod_out(2, "dq", "s", KB)
+    base = "outo + ((b * T + {row}) * N + n) * H"
+    g.store_rows(1, [("rowA", 0), ("rowB", 2)], "dq", "DQ", base, "H", " * sc")
+
+
+def _dkv(g):
+    BR, BC, R = g.BR, g.BC, g.R
+    KB, VB, QB = 0, BR * R, 2 * BR * R
+    GB = QB + BC * R
+    LB = GB + BC * R
+    g.header(["q", "k", "v", "g"], ", ST, sto", "DKV")
+    g.local(("s", g.NJ), ("p", g.NJ), ("dk", g.DT), ("dv", g.DT))
+    g.emit(1, "KH = N // G", "bk = cuda.blockIdx.x", "b = bk // KH", "kh = bk - b * KH",
+           f"row0 = cuda.blockIdx.y * {BR}", f"start = (row0 // {BC}) * {BC} if causal else 0",
+           "keyA = row0 + wr0 + g", "keyB = keyA + 8")
+    g.load(1, "row0", "S", BR, [("k", "kh", "H", KB), ("v", "kh", "HV", VB)])
+    g.zero(1, "dk", g.DT)
+    g.zero(1, "dv", g.DT)
+    g.emit(1, "for gi in range(G):", "    n = kh * G + gi",
+           f"    for c0 in range(start, T, {BC}):", "        cuda.syncthreads()")
+    g.load(3, "c0", "T", BC, [("q", "n", "H", QB), ("g", "n", "HV", GB)])
+    g.emit(3, f"for j in range(tid, {BC}, {g.NT}):", "    tq = c0 + j", "    lse_ = POS",
+           "    dl_ = float32(0)", "    if tq < T:",
+           "        sti = sto + ((b * N + n) * T + tq) * 2", "        x = float32(ST[sti])",
+           "        lse_ = POS if x == NEG else x", "        dl_ = float32(ST[sti + 1])",
+           f"    sm[{LB} + j] = lse_", f"    sm[{LB + BC} + j] = dl_", "cuda.syncthreads()")
+    g.prod_rows(3, "s", KB, QB)
+    g.prod_rows(3, "p", VB, GB)
+    # P^T and dS^T (a key row sees queries at or after it when causal)
+    g.entries(3, "c0")
+    g.emit(5, "key = keyA if e < 2 else keyB", "li = j * 8 + 2 * t + (e & 1)",
+           f"x = math.exp(s[j, e] * sc - sm[{LB} + li])",
+           "if causal and col < key:", "    x = float32(0)", "s[j, e] = x",
+           f"p[j, e] = x * (p[j, e] - sm[{LB + BC} + li])")
+    g.prod_out(3, "dv", "s", GB)
+    g.prod_out(3, "dk", "p", QB)
+    base = "outo + ((b * S + {row}) * KH + kh) * (H + HV)"
+    rows = [("keyA", 0), ("keyB", 2)]
+    g.store_rows(1, rows, "dk", "DKV", base, "H", " * sc", bound="S")
+    g.store_rows(1, rows, "dv", "DKV", base + " + H", "HV", bound="S")
+
+
+def source(mode, D, cfg, sim, opts):
+    """Kernel source for `mode` ('fwd', 'fwdl', 'dq', 'dkv') at padded head dim D."""
+    g = _Gen(mode, D, cfg, sim)
+    {"fwd": lambda: _fwd(g, False), "fwdl": lambda: _fwd(g, True), "dq": lambda: _dq(g),
+     "dkv": lambda: _dkv(g)}[mode]()
+    pre = SIM_SOURCE if sim else "from funcgrad.cuda.mma import mma_tf32, tf32\n"
+    return pre + "\n".join(g.L).replace("OPTS", opts) + "\n"
