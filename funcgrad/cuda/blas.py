@@ -22,6 +22,7 @@ Example:
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import glob
 import os
@@ -40,15 +41,25 @@ OP_N, OP_T = 0, 1
 GEMM_DEFAULT = -1
 INT_MAX = 2 ** 31 - 1
 WORKSPACE = 8 << 20    # bytes per workspace lane
-# Workspaces the GEMMs of a captured graph take (concurrent.py orders steps sharing memory):
-# products of at least SMALL_GEMM multiply-adds share lane 0 and so run one after another
-# (two side by side each took 2-3x their time alone in W1 on an H200); smaller ones take the
-# other lanes in turn and overlap (W5: 0.080 ms against 0.087 with every GEMM in order).
-# FUNCGRAD_GEMM_LANES=1: every GEMM in order.
+# Workspaces the GEMMs of a captured graph take (concurrent.py orders steps sharing memory),
+# by policy. "ordered": products of at least SMALL_GEMM multiply-adds share lane 0 and so run
+# one after another, smaller ones take the other lanes in turn and overlap (W5: 0.080 ms
+# against 0.087 with every GEMM in order). "spread": every GEMM takes lanes 1..LANES-1 in turn,
+# so large ones overlap too. Neither wins everywhere (H200, 2026-11-24): spread made the GPT
+# step W2 10.93 ms against 11.61 ordered, but the MLP step W1 0.409 ms against 0.303 (two big
+# GEMMs side by side each ran 2-3x slower). So a GraphSet whose graph has two or more large
+# GEMMs captures it under both and keeps the one that replays faster (graph_ab.py);
+# FUNCGRAD_GEMM_POLICY=ordered|spread skips the measurement (default: measure).
+# Eager and uncaptured calls always take lane 0 (they run in stream order).
+# FUNCGRAD_GEMM_LANES=1: every GEMM in order, under either policy.
 LANES = max(1, int(os.environ.get("FUNCGRAD_GEMM_LANES", "4")))
 SMALL_GEMM = 1 << 22
+POLICIES = ("ordered", "spread")
+GEMM_POLICY = os.environ.get("FUNCGRAD_GEMM_POLICY", "measure").strip().lower()
 _lanes: list = []
 _turn = [0]
+_policy = ["ordered"]   # the workspace policy of the capture under way
+_large = [0]   # GEMMs of >= SMALL_GEMM multiply-adds captured since workspace_policy() began
 
 # alpha = 1, beta = 0 in host memory (cuBLAS's default pointer mode reads them at call time)
 _ONE = {k: np.ones(1, k) for k in ("float32", "float64")}
@@ -245,16 +256,52 @@ def _ptr(buf) -> int:
     return buf.block.ptr() + buf.offset * buf.dtype.itemsize
 
 
+def policy_setting() -> str:
+    """FUNCGRAD_GEMM_POLICY: "measure" (the default), "ordered" or "spread"."""
+    if GEMM_POLICY not in ("measure",) + POLICIES:
+        raise ValueError(f"FUNCGRAD_GEMM_POLICY={GEMM_POLICY!r} is not one of measure, "
+                         + ", ".join(POLICIES))
+    return GEMM_POLICY
+
+
+@contextlib.contextmanager
+def workspace_policy(name: str):
+    """Capture under workspace policy `name` ("ordered" or "spread"), counting large GEMMs
+    from zero (large_gemms()); the previous policy is restored on exit."""
+    if name not in POLICIES:
+        raise ValueError(f"GEMM workspace policy {name!r} is not one of {POLICIES}")
+    prev, _policy[0], _large[0] = _policy[0], name, 0
+    try:
+        yield
+    finally:
+        _policy[0] = prev
+
+
+def large_gemms() -> int:
+    """GEMMs of >= SMALL_GEMM multiply-adds captured since workspace_policy() was entered."""
+    return _large[0]
+
+
+def policies_differ(large: int) -> bool:
+    """Whether a graph with `large` large GEMMs can differ between the two policies: only when
+    two of them could take different lanes under "spread" (LANES >= 3)."""
+    return large >= 2 and LANES >= 3
+
+
 def _workspace(macs: int) -> int:
-    """cuBLAS's workspace, outside the memory plan: while a graph is captured, lane 0 for a
-    product of `macs` >= SMALL_GEMM multiply-adds, else the other lanes in turn; lane 0 for
-    eager and uncaptured calls (they run in stream order)."""
+    """cuBLAS's workspace, outside the memory plan. While a graph is captured: under "ordered"
+    lane 0 for a product of `macs` >= SMALL_GEMM multiply-adds, else the other lanes in turn;
+    under "spread" the other lanes in turn for every product. Lane 0 for eager and uncaptured
+    calls (they run in stream order)."""
     if not _lanes:
         from .arrays import base_pool
         _lanes.extend(base_pool().empty((WORKSPACE,), np.uint8) for _ in range(LANES))
     k = 0
-    if runtime._keep is not None and macs < SMALL_GEMM and LANES > 1:
-        k = _turn[0] = _turn[0] % (LANES - 1) + 1
+    if runtime._keep is not None:
+        large = macs >= SMALL_GEMM
+        _large[0] += large
+        if LANES > 1 and (not large or _policy[0] == "spread"):
+            k = _turn[0] = _turn[0] % (LANES - 1) + 1
     p = _ptr(_lanes[k])
     runtime.note_write(p, WORKSPACE)
     return p

@@ -8,6 +8,11 @@ once is copied into a staging buffer of the plan from then on (one device copy).
 loop that feeds a step's results back therefore alternates between two graphs and copies
 nothing but its new batches.
 
+A graph with two or more large cuBLAS GEMMs is captured under both workspace policies of
+blas.py ("ordered", "spread") while the GraphSet's policy is undecided; its next calls
+alternate and time the two (graph_ab.py), keep the faster, and later captures take only that
+one (FUNCGRAD_GEMM_POLICY=ordered|spread: no measurement).
+
 Device checks (index bounds) inside a graph add their flags into a small mapped (host-visible)
 array right after they run; the host reads it at the start of the next call of the plan and
 when results are read (`to_host`, `block_until_ready`), and raises there: no per-call
@@ -22,7 +27,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ..core import Array, source_info
-from . import arrays, concurrent, memplan, runtime
+from . import arrays, blas, concurrent, graph_ab, memplan, runtime
 from .arrays import DeviceBuffer
 
 MAX_GRAPHS = 6
@@ -46,8 +51,10 @@ def _accumulate():
 
 
 class _Entry:
-    __slots__ = ("deferred", "exec", "graph", "handle", "keep", "row", "slot", "staged",
-                 "templates")
+    # alt: the same key captured under the other GEMM policy while `ab` (graph_ab.Timing)
+    # times the two; large: large GEMMs the capture saw
+    __slots__ = ("ab", "alt", "deferred", "exec", "graph", "handle", "keep", "large", "row",
+                 "slot", "staged", "templates")
 
 
 class GraphSet:
@@ -75,6 +82,10 @@ class GraphSet:
         self.has_checks = False     # any graph with device checks (else counts stays zero)
         self.rewired = None         # what concurrent.rewire did to the last captured graph
         self.free_slots = list(range(MAX_GRAPHS))
+        setting = blas.policy_setting()
+        # the GEMM workspace policy captures take; None until measured (graph_ab.py)
+        self.gemm_policy = None if setting == "measure" else setting
+        self.gemm_ab: dict = {"setting": setting}   # why: large GEMMs, medians in ms
 
     # the call -------------------------------------------------------------------------------
 
@@ -115,9 +126,12 @@ class GraphSet:
                 err = self._copy(dst, b.block.ptr() + b.offset * b.dtype.itemsize, n, 0)
                 if err:
                     raise RuntimeError(f"staging copy of {n} bytes failed (CUresult {err})")
-        err = self._launch(entry.handle, 0)
+        ab = entry.ab
+        err = self._launch(entry.handle, 0) if ab is None else ab.launch(self._launch)
         if err:
             raise RuntimeError(f"cuGraphLaunch failed (CUresult {err})")
+        if ab is not None and ab.due():
+            graph_ab.decide(self, ab)
         return self._results(entry, bufs, s)
 
     def _results(self, entry, bufs, s):
@@ -154,14 +168,26 @@ class GraphSet:
         return sum(b.block.raw.nbytes for b in self.staging.values())
 
     def _capture(self, key, bufs, s):
-        cb, plan = self._cb, self.plan
-        cuda = runtime.load()
         ins = [b if k is not None else self._staging(i, b) for i, (b, k) in
                enumerate(zip(bufs, key[1]))]
-        acc = _accumulate()
-        while len(self.entries) >= MAX_GRAPHS:
+        while len(self.entries) >= MAX_GRAPHS or not self.free_slots:
             _, old = self.entries.popitem(last=False)
             self._destroy(old)
+        e, outs, pool = self._record(key, ins, s, self.gemm_policy or "ordered")
+        e.staged = [(i, ins[i].block.ptr() + ins[i].offset * ins[i].dtype.itemsize)
+                    for i, k in enumerate(key[1]) if k is None]
+        e.templates = self._templates(outs, ins, pool, s)
+        if self.gemm_policy is None:
+            graph_ab.start(self, e, key, ins, s)
+        self.entries[key] = e
+        return e
+
+    def _record(self, key, ins, s, policy):
+        """Capture the plan on inputs `ins` into result set s with GEMM workspace `policy`, in
+        a sticky slot of its own: (_Entry with the graph's fields, outs, the arena pool)."""
+        cb, plan = self._cb, self.plan
+        cuda = runtime.load()
+        acc = _accumulate()
         slot = self.free_slots.pop()
         row = 16 * slot
         sticky = self.sticky
@@ -182,44 +208,46 @@ class GraphSet:
             acc[1, 1, runtime.stream()](err.arr(), err.offset, sticky, row + len(deferred))
             deferred.append(err)
 
-        runtime._stream, runtime._deferred, runtime._on_defer = self.stream, [], on_defer
-        runtime._keep = keep = []
         tracker = concurrent.Tracker(self.handle) if concurrent.CONCURRENT else None
-        runtime._tracker = tracker
-        _ok(cb.cuStreamBeginCapture(self.handle,
-                                    cb.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED))
         # no cuMemFree while capturing (it synchronizes and invalidates the capture): numba's
         # frees are deferred and the cycle collector (which may free device memory) waits
         gc_was = gc.isenabled()
-        gc.disable()
         try:
-            with arrays.using_pool(pool), cuda.defer_cleanup():
-                outs = plan._run(ins)
-        finally:
-            if gc_was:
-                gc.enable()
-            err, graph = cb.cuStreamEndCapture(self.handle)
-            checks = runtime._deferred
-            runtime._stream, runtime._deferred, runtime._on_defer = None, None, None
-            runtime._keep = runtime._tracker = runtime._writes = None
-        _ok((err,))
-        if tracker is not None:
-            self.rewired = concurrent.rewire(graph, tracker.steps)
-        if pool.k != len(plan.layout.sizes):
-            raise memplan.PlanMismatch(f"{pool.k} allocations, recorded "
-                                       f"{len(plan.layout.sizes)}")
+            _ok(cb.cuStreamBeginCapture(self.handle,
+                                        cb.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED))
+            runtime._stream, runtime._deferred, runtime._on_defer = self.stream, [], on_defer
+            runtime._keep = keep = []
+            runtime._tracker = tracker
+            gc.disable()
+            try:
+                with blas.workspace_policy(policy), arrays.using_pool(pool), \
+                        cuda.defer_cleanup():
+                    outs = plan._run(ins)
+            finally:
+                if gc_was:
+                    gc.enable()
+                err, graph = cb.cuStreamEndCapture(self.handle)
+                checks = runtime._deferred
+                runtime._stream, runtime._deferred, runtime._on_defer = None, None, None
+                runtime._keep = runtime._tracker = runtime._writes = None
+            _ok((err,))
+            if tracker is not None:
+                self.rewired = concurrent.rewire(graph, tracker.steps)
+            if pool.k != len(plan.layout.sizes):
+                raise memplan.PlanMismatch(f"{pool.k} allocations, recorded "
+                                           f"{len(plan.layout.sizes)}")
+            exe = _ok(cb.cuGraphInstantiate(graph, 0))
+        except BaseException:
+            self.free_slots.append(slot)   # the slot only: a failed capture is not kept
+            raise
         e = _Entry()
-        e.graph, e.exec = graph, _ok(cb.cuGraphInstantiate(graph, 0))
-        e.handle = int(e.exec)
+        e.graph, e.exec, e.handle = graph, exe, int(exe)
         e.slot, e.row, e.deferred, e.keep = slot, row, checks, keep
-        e.staged = [(i, ins[i].block.ptr() + ins[i].offset * ins[i].dtype.itemsize)
-                    for i, k in enumerate(key[1]) if k is None]
-        e.templates = self._templates(outs, ins, pool, s)
-        self.entries[key] = e
+        e.large, e.alt, e.ab = blas.large_gemms(), None, None
         if checks:
             self.has_checks = True
             _plans_with_checks.add(self)
-        return e
+        return e, outs, pool
 
     def _templates(self, outs, ins, pool, s):
         """Per result: (0 slot | 1 argument | 2 fixed, which, shape, strides, offset, dtype,
@@ -251,14 +279,19 @@ class GraphSet:
         r = int(bad[0])
         flags = np.array(self.sticky[r])
         self.sticky[:, 0], self.sticky[:, 1] = 0, BIG
-        for e in self.entries.values():
-            if e.row <= r < e.row + len(e.deferred):
-                err, raise_if_bad, src = e.deferred[r - e.row]
+        for g in [g for e in self.entries.values() for g in (e, e.alt) if g is not None]:
+            if g.row <= r < g.row + len(g.deferred):
+                _, raise_if_bad, src = g.deferred[r - g.row]
                 with source_info(src):
                     raise_if_bad(arrays.from_host(flags))
         raise RuntimeError(f"a device check of a replayed step failed: {flags.tolist()}")
 
     def _destroy(self, e):
+        """Free e's graphs (its alternative's too), sticky slots and A/B events."""
+        if e.ab is not None:
+            e.ab.close()
+        if e.alt is not None:
+            self._destroy(e.alt)
         self.free_slots.append(e.slot)
         try:
             self._cb.cuGraphExecDestroy(e.exec)
@@ -294,3 +327,4 @@ def _ok(res):
     if int(err) != 0:
         raise RuntimeError(f"CUDA graph call failed: {err}")
     return res[1] if len(res) == 2 else res[1:]
+
