@@ -31,7 +31,8 @@ def mlp_step_ms(batch, sizes, reps=20, steps_per_call=1):
     t0 = time.perf_counter()
     step()
     first = time.perf_counter() - t0
-    ms = median_seconds(step, reps=reps) * 1e3 / steps_per_call
+    # warm-up past the first replays (a graph's capture, and the GEMM policy's A/B launches)
+    ms = median_seconds(step, warm=20, reps=reps) * 1e3 / steps_per_call
     graph_info(step.plan())
     return ms, first
 
@@ -41,7 +42,8 @@ def graph_info(plan):
     g = getattr(plan, "graphs", None)
     emit(what="plan", graph=getattr(plan, "graph", None) is not None,
          graph_error=getattr(plan, "graph_error", None), steps=len(getattr(plan, "steps", [])),
-         rewired=getattr(g, "rewired", None))
+         rewired=getattr(g, "rewired", None), gemm_policy=getattr(g, "gemm_policy", None),
+         gemm_ab=getattr(g, "gemm_ab", None))
 
 
 def w2_gpt(donate=False):
@@ -71,7 +73,7 @@ def w2_gpt(donate=False):
         run()
         print(fplan.profile_report(), flush=True)
         return
-    ms = median_seconds(run, reps=10) * 1e3
+    ms = median_seconds(run, warm=20, reps=10) * 1e3
     plan = step.lower(state[0], state[1], idx, tgt).compile()
     graph_info(plan)
     emit(what="W2_compile", **{k: v for k, v in plan.compile_info.items() if k != "errors"},

@@ -16,10 +16,13 @@ arguments, grid and outputs is attention_src.py's, so attention.py launches eith
 from __future__ import annotations
 
 SMEM_BYTES = 48 * 1024
-# (warps per block, streamed rows per tile) in order of preference; the first that fits is used
+# (warps per block, streamed rows per tile) in order of preference; the first that fits is used.
+# W2's shapes on an H100 (benchmarks/bench_attention_tc.py, 2026-11-24), GPU us per kernel:
+# fwdl (4, 32) 47, (4, 16) 51, (2, 16) 72; dq (4, 16) 57, (2, 32) 80; dkv (4, 16) 67, (2, 32) 80
+# (the SIMT kernels: 86 / 123 / 138)
 GPU_CONFIGS = {"fwd": [(4, 32), (4, 16), (2, 16), (2, 8), (1, 8)],
-               "dq": [(2, 32), (4, 16), (2, 16), (2, 8), (1, 8)],
-               "dkv": [(2, 32), (4, 16), (2, 16), (2, 8), (1, 8)]}
+               "dq": [(4, 16), (2, 32), (2, 16), (2, 8), (1, 8)],
+               "dkv": [(4, 16), (2, 32), (2, 16), (2, 8), (1, 8)]}
 GPU_CONFIGS["fwdl"] = GPU_CONFIGS["fwd"]
 SIM_CONFIG = (1, 8)      # the simulator: one warp (the emulated mma needs the whole warp)
 MODES = ("fwd", "fwdl", "dq", "dkv")
