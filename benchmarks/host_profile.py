@@ -1,6 +1,7 @@
-"""Where a jitted step's host time goes: cProfile over many W5 calls (GPU), plus per-call times.
+"""Where a jitted step's host time goes: cProfile over many W5/W1/W2 calls (GPU), plus per-call
+times.
 
-Usage: python benchmarks/host_profile.py [W5|W1] [calls]
+Usage: python benchmarks/host_profile.py [W5|W1|W2] [calls]
 """
 from __future__ import annotations
 
@@ -11,15 +12,34 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [HERE]
+sys.path[:0] = [HERE, os.path.join(HERE, "..", "examples")]
 
-from workloads import MlpAdam  # noqa: E402
+from workloads import MlpAdam, gpt_step  # noqa: E402
+
+
+class _Gpt:
+    """W2's donated step with the MlpAdam interface used below (step(), .step, .params, ...)."""
+
+    def __init__(self):
+        import gpt
+
+        import funcgrad
+        self.step, opt, self.x, self.y = gpt_step(gpt.W2, 16)
+        self.params = funcgrad.device_put(gpt.init_params(gpt.W2))
+        self.state = opt.init(self.params)
+
+    def __call__(self):
+        self.params, self.state, v = self.step(self.params, self.state, self.x, self.y)
+        v.block_until_ready()
 
 
 def main(which="W5", calls=2000):
-    sizes, batch = ([64, 64, 2], 32) if which == "W5" else ([784, 1024, 1024, 10], 512)
-    step = MlpAdam(sizes, batch)
-    for _ in range(10):
+    if which == "W2":
+        step = _Gpt()
+    else:
+        sizes, batch = ([64, 64, 2], 32) if which == "W5" else ([784, 1024, 1024, 10], 512)
+        step = MlpAdam(sizes, batch)
+    for _ in range(30):
         step()
     s = step.step
 

@@ -85,7 +85,12 @@ def main(argv=None):
     ap.add_argument("--log-every", type=int, default=10, help="record the loss every N steps")
     ap.add_argument("--history", default=None,
                     help="write the recorded losses and their wall-clock times here (JSON)")
+    ap.add_argument("--precision", default=None, choices=["float32", "tensorfloat32"],
+                    help="float32 products (default) or TF32 tensor cores for matmuls and "
+                         "attention, as jax_default_matmul_precision")
     args = ap.parse_args(argv)
+    if args.precision:
+        funcgrad.config.update("default_matmul_precision", args.precision)
     if args.data_parallel:
         _init_distributed()
     if args.device:
