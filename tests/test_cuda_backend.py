@@ -204,6 +204,27 @@ def test_grad_on_cuda_equals_cpu(prog):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=2e-4, atol=2e-5)
 
 
+@settings(max_examples=6 if SIM else 25, deadline=None)
+@given(ni=st.integers(1, 40 if SIM else 5000), n=st.integers(1, 30 if SIM else 3000),
+       seed=st.integers(0, 2 ** 16))
+def test_scatter_add_sums_in_index_order(ni, n, seed):
+    """scatter_add's CSR fill (one block per chunk of positions, then a per-bucket scan over
+    the chunks) keeps positions in increasing order inside each bucket: each row's sum is
+    bit-identical to numpy's add.at, which adds in index order; scatter takes the last."""
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(-n, n, ni).astype(np.int32)
+    upd = (rng.standard_normal((ni, 2)) * 10.0 ** rng.integers(-3, 4, (ni, 1))).astype(np.float32)
+    x = rng.standard_normal((n, 2)).astype(np.float32)
+    want = x.copy()
+    np.add.at(want, idx, upd)
+    got = bind(prims.scatter_add_p, cu(x), cu(idx), cu(upd), axis=0)
+    assert np.asarray(got).tobytes() == want.tobytes()
+    last = x.copy()
+    last[idx] = upd
+    got = bind(prims.scatter_p, cu(x), cu(idx), cu(upd), axis=0)
+    assert np.asarray(got).tobytes() == last.tobytes()
+
+
 def test_deterministic_bit_identical():
     """Reductions (chunked two-pass included), matmul, scatter-add and a full gradient give
     bit-identical results when repeated."""

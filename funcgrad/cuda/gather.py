@@ -6,10 +6,15 @@ and raised as IndexError, as the CPU backend does; kernels never touch memory th
 index.
 
 scatter_add uses no float atomics. Its indices are bucketed per target row into CSR form
-(counts with integer atomics, a one-block scan, then a chunked stable fill that keeps positions
-in increasing order inside each bucket), and each output element then sums its own updates
-in index order: x + u[p1] + u[p2] + ..., the order numpy's add.at uses. scatter (set) takes the
-update at the last matching position, as numpy's fancy assignment does.
+(counts with integer atomics, a one-block scan, then a stable fill that keeps positions in
+increasing order inside each bucket), and each output element then sums its own updates in
+index order: x + u[p1] + u[p2] + ..., the order numpy's add.at uses. scatter (set) takes the
+update at the last matching position, as numpy's fancy assignment does. The stable fill runs
+one block per chunk of positions (each position's rank among equal indices of its chunk, and
+per-chunk bucket counts), a per-bucket scan over the chunks, and a scatter of positions: W2's
+embedding gradient (4,096 indices) took 0.19 ms in one block that walked the chunks in turn.
+When the chunk-by-bucket table would be large (many chunks times many rows) the one-block fill
+remains.
 """
 from __future__ import annotations
 
@@ -116,8 +121,10 @@ def take(x: DeviceBuffer, idx: DeviceBuffer, axis: int, out_aval) -> DeviceBuffe
     return out
 
 
-def _csr_source(T):
-    return f"""
+def _csr_source(T, fill: bool):
+    """One block: offs = the exclusive scan of counts (counts <- offs); with `fill`, also the
+    stable fill of perm, chunk by chunk (the fallback for large chunk x bucket tables)."""
+    src = f"""
 @cuda.jit({runtime.jit_opts()})
 def kernel(idx, io, NI, N, counts, offs, perm):
     sh = cuda.shared.array({T + 1}, int64)
@@ -147,7 +154,10 @@ def kernel(idx, io, NI, N, counts, offs, perm):
         base += c
     if t == 0:
         offs[N] = sh[{T}]
-    cuda.syncthreads()
+"""
+    if not fill:
+        return src
+    return src + f"""    cuda.syncthreads()
     c0 = 0
     while c0 < NI:
         p = c0 + t
@@ -176,6 +186,96 @@ def kernel(idx, io, NI, N, counts, offs, perm):
         cuda.syncthreads()
         c0 += {T}
 """
+
+
+def _rank_source(T):
+    """Block c: rank[p] = how many earlier positions of chunk c have p's index, and
+    ccount[c, key] = how many positions of chunk c have index key (written by the last one)."""
+    return f"""
+@cuda.jit({runtime.jit_opts()})
+def kernel(idx, io, NI, N, rank, ccount):
+    keys = cuda.shared.array({T}, int64)
+    t = cuda.threadIdx.x
+    c = cuda.blockIdx.x
+    p = c * {T} + t
+    key = -1
+    if p < NI:
+        v = int64(idx[io + p])
+        if v < 0:
+            v += N
+        if v >= 0 and v < N:
+            key = v
+    keys[t] = key
+    cuda.syncthreads()
+    r = 0
+    last = True
+    for u in range({T}):
+        if keys[u] == key:
+            if u < t:
+                r += 1
+            elif u > t:
+                last = False
+    if key >= 0:
+        rank[p] = r
+        if last:
+            ccount[c * N + key] = r + 1
+"""
+
+
+_CHUNK_SCAN = """
+@cuda.jit(OPTS)
+def kernel(N, NC, offs, ccount):
+    j = cuda.grid(1)
+    step = cuda.gridsize(1)
+    while j < N:
+        run = offs[j]
+        for c in range(NC):
+            x = ccount[c * N + j]
+            ccount[c * N + j] = run
+            run += x
+        j += step
+"""
+
+_PLACE = """
+@cuda.jit(OPTS)
+def kernel(idx, io, NI, N, T, rank, ccount, perm):
+    p = cuda.grid(1)
+    step = cuda.gridsize(1)
+    while p < NI:
+        v = int64(idx[io + p])
+        if v < 0:
+            v += N
+        if v >= 0 and v < N:
+            perm[ccount[(p // T) * N + v] + rank[p]] = p
+        p += step
+"""
+
+MAX_TABLE = 1 << 22   # chunk x bucket entries (int64) the parallel fill may use
+
+
+def _stable_fill(idx, NI, N, counts, offs, perm):
+    """offs and perm (CSR of idx's buckets, positions increasing inside each) from counts."""
+    T = runtime.reduce_threads()
+    NC = -(-NI // T)
+    parallel = NC > 1 and NC * N <= MAX_TABLE
+    k = runtime.kernel(("csr", idx.dtype.name, T, not parallel),
+                       lambda: _csr_source(T, not parallel))
+    k[1, T, runtime.stream()](idx.arr(), idx.offset, NI, N, counts.arr(), offs.arr(),
+                              perm.arr())
+    if not parallel:
+        return
+    rank = pool().empty((NI,), np.int64)
+    ccount = fill(pool().empty((NC * N,), np.int64), 0)
+    k = runtime.kernel(("csr_rank", idx.dtype.name, T), lambda: _rank_source(T))
+    k[NC, T, runtime.stream()](idx.arr(), idx.offset, NI, N, rank.arr(), ccount.arr())
+    opts = runtime.jit_opts()
+    k = runtime.kernel(("csr_chunk_scan",), lambda: _CHUNK_SCAN.replace("OPTS", opts))
+    blocks, threads = runtime.grid_1d(N)
+    k[blocks, threads, runtime.stream()](N, NC, offs.arr(), ccount.arr())
+    k = runtime.kernel(("csr_place", idx.dtype.name), lambda: _PLACE.replace("OPTS", opts))
+    blocks, threads = runtime.grid_1d(NI)
+    k[blocks, threads, runtime.stream()](idx.arr(), idx.offset, NI, N, T, rank.arr(),
+                                         ccount.arr(), perm.arr())
 
 
 def _scatter_source(dtype, add: bool):
@@ -222,10 +322,7 @@ def scatter(x: DeviceBuffer, idx: DeviceBuffer, upd: DeviceBuffer, axis: int, ad
     if x.size:
         offs = pool().empty((N + 1,), np.int64)
         perm = pool().empty((NI,), np.int64)
-        T = runtime.reduce_threads()
-        k = runtime.kernel(("csr", idx.dtype.name, T), lambda: _csr_source(T))
-        k[1, T, runtime.stream()](idx.arr(), idx.offset, NI, N, counts.arr(), offs.arr(),
-                                  perm.arr())
+        _stable_fill(idx, NI, N, counts, offs, perm)
         out = pool().empty(x.shape, x.dtype)
         k = runtime.kernel(("scatter", x.dtype.name, add), lambda: _scatter_source(x.dtype, add))
         blocks, threads = runtime.grid_1d(out.size)
