@@ -154,6 +154,7 @@ def _worker_main():
     from numba.cuda.core import config
     config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
     cuda.current_context()
+    print("ready", flush=True)   # imports and the CUDA context done: the parent notes when
     inp = sys.stdin.buffer
     while True:
         head = inp.read(4)
@@ -164,9 +165,11 @@ def _worker_main():
         print(f"{_compile_group(g):.3f}:{g[0]}.{g[2]}", flush=True)
 
 
-def _feed(procs, groups) -> tuple[list, list]:
-    """Hand `groups` (longest expected first) to whichever worker is free: (seconds, name) per
-    compiled group and the failed workers' messages."""
+def _feed(procs, groups, t0=None) -> tuple[list, list]:
+    """Hand `groups` (longest expected first) to whichever worker is free: (seconds, name,
+    start, end) per compiled group (start/end: seconds since t0, as the parent saw them) and
+    the failed workers' messages; each worker's start-up (seconds since t0 until it was ready)
+    is added as (seconds, "ready", 0, seconds)."""
     import collections
     import pickle
     import struct
@@ -175,14 +178,22 @@ def _feed(procs, groups) -> tuple[list, list]:
     lock = threading.Lock()
     times, errors = [], []
 
+    t0 = time.perf_counter() if t0 is None else t0
+
     def talk(p):   # one thread per worker
         try:
+            if p.stdout.readline().decode().strip() != "ready":
+                errors.append("a compile worker failed to start")
+                return
+            up = time.perf_counter() - t0
+            times.append((up, "ready", 0.0, up))
             while True:
                 with lock:
                     g = queue.popleft() if queue else None
                 if g is None:
                     break
                 data = pickle.dumps(g)
+                start = time.perf_counter() - t0
                 p.stdin.write(struct.pack("<I", len(data)) + data)
                 p.stdin.flush()
                 line = p.stdout.readline().decode().strip()
@@ -190,7 +201,7 @@ def _feed(procs, groups) -> tuple[list, list]:
                     errors.append(f"a worker stopped while compiling {g[0]}.{g[2]}")
                     return
                 t, _, what = line.partition(":")
-                times.append((float(t), what))
+                times.append((float(t), what, start, time.perf_counter() - t0))
             p.stdin.write(struct.pack("<I", 0))
             p.stdin.flush()
         except OSError as e:
@@ -230,11 +241,12 @@ def prewarm(plan, bufs, rec=None) -> dict:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     code = "from funcgrad.cuda.compile import _worker_main; _worker_main()"
     logs = [tempfile.TemporaryFile() for _ in range(n)]   # stderr: never a full pipe
+    t_spawn = time.perf_counter()
     procs = [subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=log, env=env) for log in logs]
     times, errors = [], []
     try:
-        times, errors = _feed(procs, groups)
+        times, errors = _feed(procs, groups, t_spawn)
     finally:
         for p, log in zip(procs, logs):
             for f in (p.stdin, p.stdout):
@@ -247,9 +259,15 @@ def prewarm(plan, bufs, rec=None) -> dict:
                 errors.append(log.read().decode(errors="replace")[-400:])
             log.close()
     wall = time.perf_counter() - t0
-    spent = sum(t for t, _ in times)
+    ready = [t for t, what, _, _ in times if what == "ready"]
+    times = [x for x in times if x[1] != "ready"]
+    spent = sum(t for t, *_ in times)
     sys.stderr.write(f"\rfuncgrad: compiled {count} CUDA kernels in {wall:.1f} s "
                      f"({spent:.1f} s of compile time in {n} processes)\n")
     return {"kernels": count, "wall_s": wall, "compile_s": spent, "errors": errors,
-            "recorded": rec is not None,
-            "slowest": sorted(times, reverse=True)[:8]}
+            "recorded": rec is not None, "before_spawn_s": t_spawn - t0,
+            "workers_ready_s": [min(ready), max(ready)] if ready else None,
+            "last_compile_end_s": max((e for *_, e in times), default=None),
+            "slowest": [x[:2] for x in sorted(times, reverse=True)[:8]],
+            "timeline": sorted((round(s_, 2), round(e, 2), round(t, 2), what[-12:])
+                               for t, what, s_, e in times)}
