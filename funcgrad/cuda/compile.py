@@ -9,16 +9,15 @@ context), which write them to numba's disk cache (every funcgrad kernel is `cach
 real first call then loads them from the cache. Kernels are grouped by function so that no two
 workers write the same cache index.
 
-Workers are plain `python -c` subprocesses (not multiprocessing, whose spawn start method would
-re-run an unguarded user script) fed one pickled group at a time on stdin, the longest expected
-first, each to whichever worker is free (a fixed split by expected cost left one worker with
-two of the slowest kernels). FUNCGRAD_COMPILE_WORKERS sets
-their number (default: CPU count, at most 16; 0 or 1 turns the pool off).
+Workers are plain `python -c` subprocesses running compile_worker.py's source (not
+multiprocessing, whose spawn start method would re-run an unguarded user script; and without
+importing funcgrad, which slowed their start-up) fed one pickled group at a time on stdin, the
+longest expected first, each to whichever worker is free (a fixed split by expected cost left
+one worker with two of the slowest kernels). FUNCGRAD_COMPILE_WORKERS sets their number
+(default: CPU count, at most 16; 0 or 1 turns the pool off).
 """
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import os
 import sys
 import time
@@ -125,46 +124,6 @@ def _cost(group) -> float:
     return size * len(sigs)
 
 
-def _compile_group(item):
-    """Worker: compile one kernel's signatures (written to numba's disk cache)."""
-    modname, path, attr, sigs = item
-    t0 = time.perf_counter()
-    mod = sys.modules.get(modname)
-    if mod is None:
-        if path is not None:
-            spec = importlib.util.spec_from_file_location(modname, path)
-            mod = importlib.util.module_from_spec(spec)
-            sys.modules[modname] = mod
-            spec.loader.exec_module(mod)
-        else:
-            mod = importlib.import_module(modname)
-    disp = getattr(mod, attr)
-    for types in sigs:
-        disp.compile(types)
-    return time.perf_counter() - t0
-
-
-def _worker_main():
-    """Entry point of a compile worker: length-prefixed pickled groups on stdin, one at a
-    time; a line "seconds:name" on stdout after each; a zero length ends it."""
-    import pickle
-    import struct
-
-    from numba import cuda
-    from numba.cuda.core import config
-    config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
-    cuda.current_context()
-    print("ready", flush=True)   # imports and the CUDA context done: the parent notes when
-    inp = sys.stdin.buffer
-    while True:
-        head = inp.read(4)
-        n = struct.unpack("<I", head)[0] if len(head) == 4 else 0
-        if not n:
-            return
-        g = pickle.loads(inp.read(n))
-        print(f"{_compile_group(g):.3f}:{g[0]}.{g[2]}", flush=True)
-
-
 def _feed(procs, groups, t0=None) -> tuple[list, list]:
     """Hand `groups` (longest expected first) to whichever worker is free: (seconds, name,
     start, end) per compiled group (start/end: seconds since t0, as the parent saw them) and
@@ -239,7 +198,8 @@ def prewarm(plan, bufs, rec=None) -> dict:
     sys.stderr.write(f"\rfuncgrad: compiling {count} CUDA kernels in {n} processes")
     sys.stderr.flush()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    code = "from funcgrad.cuda.compile import _worker_main; _worker_main()"
+    with open(os.path.join(os.path.dirname(__file__), "compile_worker.py")) as f:
+        code = f.read()   # run as -c source: the worker imports numba, not funcgrad
     logs = [tempfile.TemporaryFile() for _ in range(n)]   # stderr: never a full pipe
     t_spawn = time.perf_counter()
     procs = [subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,

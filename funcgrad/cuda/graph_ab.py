@@ -20,7 +20,8 @@ from . import blas
 
 SAMPLES = 3   # timed launches per variant
 WARMUP = 1    # untimed first launches per variant (its first replay uploads the graph)
-MARGIN = 0.02  # "spread" must be 2% faster (W1 ten steps a call: 3.740 / 3.752 ms on an H100)
+MARGIN = 0.01  # "spread" must be 1% faster (W1 ten steps a call: 3.740 / 3.752 ms on an H100;
+#               W2 on H200s: 1.5-2.1% faster in four runs, samples within 0.3%)
 # what a captured graph is, in a graphs._Entry, as opposed to its key's staging and templates
 GRAPH_FIELDS = ("graph", "exec", "handle", "slot", "row", "deferred", "keep", "large")
 
