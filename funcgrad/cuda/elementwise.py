@@ -311,7 +311,7 @@ def helper_source(used: set, opts: str) -> str:
     return "".join(HELPERS[h].format(opts=opts, ct=ct) for h, ct in sorted(used))
 
 
-def _source(name, dtypes, out_dtype, lays, out_lay, rank, params):
+def _source(name, dtypes, out_dtype, lays, out_lay, rank, params, idx32=False):
     opts = runtime.jit_opts()
     need_g = out_lay == "g" or "g" in lays
     args = ["n", "o", "oo"] + ([f"os{k}" for k in range(rank)] if out_lay == "g" else [])
@@ -320,7 +320,13 @@ def _source(name, dtypes, out_dtype, lays, out_lay, rank, params):
     if need_g:
         args += [f"d{k}" for k in range(rank)]
     body = ["    i = cuda.grid(1)", "    step = cuda.gridsize(1)", "    while i < n:"]
-    if need_g:
+    if need_g and idx32:   # under 2^31 elements: 32-bit division (fusion.py says why)
+        body.append("        r = uint32(i)")
+        for k in range(rank - 1, 0, -1):
+            body.append(f"        k{k} = int64(r % uint32(d{k}))")
+            body.append(f"        r = r // uint32(d{k})")
+        body.append("        k0 = int64(r)")
+    elif need_g:
         body.append("        r = i")
         for k in range(rank - 1, 0, -1):
             body.append(f"        k{k} = r % d{k}")
@@ -356,10 +362,11 @@ def _plan(name, ins, out_dtype, out, params):
     lays = tuple(layout(cshape, s) for s in cstr[1:])
     dtypes = tuple(b.dtype.name for b in ins)
     general = "g" in lays or out_lay == "g"
+    idx32 = general and out.size < 2 ** 31
     key = ("ew", name, dtypes, np.dtype(out_dtype).name, lays, out_lay,
-           rank if general else -1, tuple(sorted(params.items())))
+           rank if general else -1, tuple(sorted(params.items())), idx32)
     k = runtime.kernel(key, lambda: _source(name, dtypes, out_dtype, lays, out_lay, rank,
-                                            params))
+                                            params, idx32))
     blocks, threads = runtime.grid_1d(out.size)
     return (k[blocks, threads, runtime.stream()] if not runtime.SIM else (k, blocks, threads),
             list(cstr[0]) if out_lay == "g" else [],

@@ -31,6 +31,7 @@ def _lit(val, dtype) -> str:
 # have loads enough in flight already, and doubling their source doubles their compile time
 UNROLL_MAX_EQNS = 32
 UNROLL = 2
+IDX32_LIMIT = 2 ** 31   # clusters smaller than this compute coordinates in 32 bits
 
 
 class FusedKernel:
@@ -41,10 +42,11 @@ class FusedKernel:
     strides: broadcasts, transposes and other views are read in place, never copied).
     """
 
-    def __init__(self, cluster: Cluster, layout: dict):
+    def __init__(self, cluster: Cluster, layout: dict, idx32: bool = False):
         self.cluster = cluster
         self.inputs = external_inputs(cluster)
         self.layout = layout  # var -> "flat" | "strided" | "scalar"
+        self.idx32 = idx32    # fewer than 2^31 elements: coordinates by 32-bit division
         self.per_thread = 1     # elements a thread takes per loop iteration (set by _generate)
         self.source = self._generate()
 
@@ -120,7 +122,13 @@ class FusedKernel:
         if need_coords or len(c.eqns) > UNROLL_MAX_EQNS:   # (unrolled coordinate kernels
             # measured no faster on an H200: their index arithmetic, not loads, bounds them)
             coords = []
-            if need_coords:
+            if need_coords and self.idx32:
+                # 32-bit unsigned division: a 64-bit one is a long software sequence on the
+                # GPU and bound W2's bias-broadcast kernels (gelu backward: 51 us for 75 MB)
+                coords = ["r = uint32(i)"]
+                for d in reversed(range(rank)):
+                    coords += [f"c{d} = int64(r % uint32(s{d}))", f"r = r // uint32(s{d})"]
+            elif need_coords:
                 coords = ["r = i"]
                 for d in reversed(range(rank)):
                     coords += [f"c{d} = r % s{d}", f"r = r // s{d}"]
@@ -184,15 +192,16 @@ def run_cluster(cache: dict, c: Cluster, env: dict):
     inputs = external_inputs(c)
     bufs = [env[v] for v in inputs]
     layout = tuple(layout_of(v, b, c.shape) for v, b in zip(inputs, bufs))
-    key = (id(c), layout)
+    n = int(np.prod(c.shape))
+    idx32 = n < IDX32_LIMIT
+    key = (id(c), layout, idx32)
     k = cache.get(key)
     if k is None:
-        fk = FusedKernel(c, dict(zip(inputs, layout)))
+        fk = FusedKernel(c, dict(zip(inputs, layout)), idx32)
         k = cache[key] = (fk, runtime.fused_kernel(fk.source))
     fk, kern = k
     pool = arrays.pool()
     outs = [pool.empty(o.aval.shape, o.aval.dtype) for o in c.outputs]
-    n = int(np.prod(c.shape))
     if n:
         blocks, threads = runtime.grid_1d(-(-n // fk.per_thread))
         kern[blocks, threads, runtime.stream()](*fk.args(bufs, outs))
