@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import prims as P
-from .attention_prim import MAX_HEAD_DIM, _params, attention_p
+from .attention_prim import MAX_HEAD_DIM, _params, attention_p, tf32_of
 from .core import Eqn, Expr, Lit, Var, is_float
 from .fused import softmax_p
 
@@ -191,7 +191,7 @@ def _build(e1, e5, causal, scale):
     k4 = as4(bk, bb, fb, cb[0])
     v4 = as4(v, bv, cv[0], fv)
     # TF32 kernels only when both products allowed TF32 (or less)
-    tf32 = all(e.params.get("precision") in ("tensorfloat32", "bfloat16") for e in (e1, e5))
+    tf32 = all(tf32_of(e.params.get("precision")) for e in (e1, e5))
     params = _params(float(scale), bool(causal), "tensorfloat32" if tf32 else None)
     o = Var(attention_p.shape(q4.aval, k4.aval, v4.aval, **params))
     eqns.append(Eqn(attention_p, [q4, k4, v4], params, o, e5.src, e5.tag))

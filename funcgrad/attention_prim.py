@@ -24,6 +24,7 @@ import math
 import numpy as np
 
 from . import prims as P
+from .config import canonical_precision, config
 from .core import ShapedArray, bind, defprim, is_float, type_error
 
 MAX_HEAD_DIM = 128   # the kernels keep a query/key row in registers
@@ -315,15 +316,17 @@ def _params(scale, causal, precision):
     return prm
 
 
-def attention_precision(precision=None):
-    """The attention params' precision for a dot precision (None: the config's default):
-    "tensorfloat32" for TF32 or bfloat16 (JAX's attention einsums follow
-    default_matmul_precision; TF32 is the closest the kernels have), else None."""
-    from .config import canonical_precision, config
-    p = canonical_precision(precision)
-    if p is None:
-        p = config.default_matmul_precision
+def tf32_of(p):
+    """The attention params' precision for a resolved dot precision p: "tensorfloat32" for
+    TF32 or bfloat16 (TF32 is the closest the kernels have), else None."""
     return "tensorfloat32" if p in ("tensorfloat32", "bfloat16") else None
+
+
+def attention_precision(precision=None):
+    """The attention params' precision for a user's dot precision (None: the config's
+    default_matmul_precision, which JAX's attention einsums follow too)."""
+    p = canonical_precision(precision)
+    return tf32_of(config.default_matmul_precision if p is None else p)
 
 
 def _attn_vjp(ct, q, k, v, *, out, scale, causal, precision=None):

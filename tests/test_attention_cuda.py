@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from attention_cases import dev as _dev
+from attention_cases import operands
+from attention_cases import sim as _sim
+from attention_cases import usable as _usable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -13,25 +17,12 @@ from funcgrad import attention_prim as A
 from funcgrad import nn
 from funcgrad.core import bind
 
-
-def _usable() -> bool:
-    try:
-        from funcgrad import cuda
-    except ImportError:
-        return False
-    return cuda.usable()
-
-
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not _usable(), reason="no GPU and no CUDA simulator")]
 
 CASES = [  # b, t, s, n, kh, h, hv, causal
     (1, 5, 5, 2, 1, 3, 2, True), (2, 3, 4, 2, 2, 2, 3, False), (1, 4, 3, 1, 1, 1, 1, True),
     (1, 3, 5, 3, 3, 2, 2, True)]
-
-
-def _dev(*xs):
-    return [funcgrad.device_put(x, "cuda") for x in xs]
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)
@@ -58,14 +49,6 @@ def test_kernels_match_numpy(case, dtype):
         np.testing.assert_allclose(np.asarray(got), want, err_msg=prim.name, **tol)
 
 
-def _sim() -> bool:
-    try:
-        from funcgrad.cuda import runtime
-    except ImportError:
-        return True
-    return runtime.sim_requested()
-
-
 # tiny under the simulator; on a GPU, several tiles, partial tiles and every padded head dim:
 # one test per head-dim class (head dims in (top / 2, top]), so parallel workers share them
 _LEN = 5 if _sim() else 70
@@ -80,12 +63,7 @@ _TOPS = [5] if _sim() else [16, 32, 64, 128]
 def test_kernels_match_numpy_drawn_shapes(top, b, t, s, kh, g, hf, hvf, causal, strided):
     lo = 1 if top <= 16 or _sim() else top // 2 + 1
     h, hv = (lo + int(f * (top - lo)) for f in (hf, hvf))
-    rng = np.random.default_rng(b + 7 * t + 31 * s + h)
-    n = kh * g
-    qf = rng.standard_normal((b, t, n, h + 1)).astype(np.float32)
-    q = np.ascontiguousarray(qf[..., 1:])
-    k, v = (rng.standard_normal(sh).astype(np.float32) for sh in ((b, s, kh, h), (b, s, kh, hv)))
-    do = rng.standard_normal((b, t, n, hv)).astype(np.float32)
+    qf, q, k, v, do = operands(b, t, s, kh, g, h, hv)
     prm = {"scale": 0.3, "causal": causal}
     o = A._attn_impl(q, k, v, **prm)
     st_ = A._stats_impl(q, k, o, do, **prm)

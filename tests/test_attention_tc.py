@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from attention_cases import dev as _dev
+from attention_cases import operands
+from attention_cases import sim as _sim
+from attention_cases import usable as _usable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,26 +20,6 @@ from funcgrad import nn
 from funcgrad.core import bind
 
 TF32 = {"precision": "tensorfloat32"}
-
-
-def _usable() -> bool:
-    try:
-        from funcgrad import cuda
-    except ImportError:
-        return False
-    return cuda.usable()
-
-
-def _sim() -> bool:
-    try:
-        from funcgrad.cuda import runtime
-    except ImportError:
-        return True
-    return runtime.sim_requested()
-
-
-def _dev(*xs):
-    return [funcgrad.device_put(x, "cuda") for x in xs]
 
 
 def _close(got, want, name):
@@ -66,12 +50,7 @@ _DIMS = [12] if _sim() else [16, 32, 64, 128]
 def test_tc_kernels_match_numpy(dim, b, t, s, kh, g, hd, hvd, causal, strided):
     # head dims near the class's top (the padded dim); the simulator's class is 1..12
     h, hv = (1 + hd * 11 // 4, 1 + hvd * 11 // 4) if _sim() else (dim - hd, dim - hvd)
-    rng = np.random.default_rng(b + 7 * t + 31 * s + h)
-    n = kh * g
-    qf = rng.standard_normal((b, t, n, h + 1)).astype(np.float32)
-    q = np.ascontiguousarray(qf[..., 1:])
-    k, v = (rng.standard_normal(sh).astype(np.float32) for sh in ((b, s, kh, h), (b, s, kh, hv)))
-    do = rng.standard_normal((b, t, n, hv)).astype(np.float32)
+    qf, q, k, v, do = operands(b, t, s, kh, g, h, hv)
     prm = {"scale": 0.3, "causal": causal}
     q64, k64, v64, do64 = (x.astype(np.float64) for x in (q, k, v, do))
     o = A._attn_impl(q64, k64, v64, **prm)

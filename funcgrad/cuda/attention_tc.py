@@ -174,8 +174,8 @@ class _Gen:
                   "rowA = row0 + wr0 + g", "rowB = rowA + 8")
 
     def entries(self, ind, c0):
-        """Loop header over this lane's accumulator entries: j, e, the column (c0 + ...) and
-        the row variable's suffix (A for e < 2, B otherwise)."""
+        """Loop header over this lane's accumulator entries j, e and their column `col`
+        (offset c0); entries e < 2 are in the lane's first row, e >= 2 in the one 8 below."""
         self.emit(ind, f"for j in range({self.NJ}):", "    for e in range(4):",
                   f"        col = {c0} + j * 8 + 2 * t + (e & 1)")
 

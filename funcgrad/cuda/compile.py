@@ -124,28 +124,24 @@ def _cost(group) -> float:
     return size * len(sigs)
 
 
-def _feed(procs, groups, t0=None) -> tuple[list, list]:
+def _feed(procs, groups, t0) -> tuple[list, list, list]:
     """Hand `groups` (longest expected first) to whichever worker is free: (seconds, name,
-    start, end) per compiled group (start/end: seconds since t0, as the parent saw them) and
-    the failed workers' messages; each worker's start-up (seconds since t0 until it was ready)
-    is added as (seconds, "ready", 0, seconds)."""
+    start, end) per compiled group (start/end: seconds since t0, as the parent saw them), the
+    seconds since t0 at which each worker was ready, and the failed workers' messages."""
     import collections
     import pickle
     import struct
     import threading
     queue = collections.deque(groups)
     lock = threading.Lock()
-    times, errors = [], []
-
-    t0 = time.perf_counter() if t0 is None else t0
+    times, ready, errors = [], [], []
 
     def talk(p):   # one thread per worker
         try:
             if p.stdout.readline().decode().strip() != "ready":
                 errors.append("a compile worker failed to start")
                 return
-            up = time.perf_counter() - t0
-            times.append((up, "ready", 0.0, up))
+            ready.append(time.perf_counter() - t0)
             while True:
                 with lock:
                     g = queue.popleft() if queue else None
@@ -171,7 +167,7 @@ def _feed(procs, groups, t0=None) -> tuple[list, list]:
         t.start()
     for t in threads:
         t.join()
-    return times, errors
+    return times, ready, errors
 
 
 def prewarm(plan, bufs, rec=None) -> dict:
@@ -204,9 +200,9 @@ def prewarm(plan, bufs, rec=None) -> dict:
     t_spawn = time.perf_counter()
     procs = [subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=log, env=env) for log in logs]
-    times, errors = [], []
+    times, ready, errors = [], [], []
     try:
-        times, errors = _feed(procs, groups, t_spawn)
+        times, ready, errors = _feed(procs, groups, t_spawn)
     finally:
         for p, log in zip(procs, logs):
             for f in (p.stdin, p.stdout):
@@ -219,8 +215,6 @@ def prewarm(plan, bufs, rec=None) -> dict:
                 errors.append(log.read().decode(errors="replace")[-400:])
             log.close()
     wall = time.perf_counter() - t0
-    ready = [t for t, what, _, _ in times if what == "ready"]
-    times = [x for x in times if x[1] != "ready"]
     spent = sum(t for t, *_ in times)
     sys.stderr.write(f"\rfuncgrad: compiled {count} CUDA kernels in {wall:.1f} s "
                      f"({spent:.1f} s of compile time in {n} processes)\n")

@@ -136,11 +136,7 @@ def _cb():
 
 
 def _ok(res):
-    if not isinstance(res, tuple):
-        res = (res,)
-    if int(res[0]) != 0:
-        raise RuntimeError(f"CUDA conditional-node call failed: {res[0]}")
-    return res[1] if len(res) == 2 else res[1:]
+    return runtime.cu_ok(res, "CUDA conditional-node call")
 
 
 def _handle(stream) -> int:

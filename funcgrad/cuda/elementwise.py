@@ -311,6 +311,22 @@ def helper_source(used: set, opts: str) -> str:
     return "".join(HELPERS[h].format(opts=opts, ct=ct) for h, ct in sorted(used))
 
 
+def coordinates(rank: int, c: str, s: str, idx32: bool) -> list:
+    """Source lines splitting the flat index `i` into coordinates c0..c{rank-1} (names
+    f"{c}{d}") of the shape s0..s{rank-1} (names f"{s}{d}"). idx32 (fewer than 2^31 elements):
+    32-bit unsigned division, since a 64-bit one is a long software sequence on the GPU (it
+    bound W2's bias-broadcast kernels: gelu backward 51 us for 75 MB on an H200)."""
+    if idx32:
+        lines = ["r = uint32(i)"]
+        for d in range(rank - 1, 0, -1):
+            lines += [f"{c}{d} = int64(r % uint32({s}{d}))", f"r = r // uint32({s}{d})"]
+        return lines + [f"{c}0 = int64(r)"]
+    lines = ["r = i"]
+    for d in range(rank - 1, 0, -1):
+        lines += [f"{c}{d} = r % {s}{d}", f"r = r // {s}{d}"]
+    return lines + [f"{c}0 = r"]
+
+
 def _source(name, dtypes, out_dtype, lays, out_lay, rank, params, idx32=False):
     opts = runtime.jit_opts()
     need_g = out_lay == "g" or "g" in lays
@@ -320,18 +336,8 @@ def _source(name, dtypes, out_dtype, lays, out_lay, rank, params, idx32=False):
     if need_g:
         args += [f"d{k}" for k in range(rank)]
     body = ["    i = cuda.grid(1)", "    step = cuda.gridsize(1)", "    while i < n:"]
-    if need_g and idx32:   # under 2^31 elements: 32-bit division (fusion.py says why)
-        body.append("        r = uint32(i)")
-        for k in range(rank - 1, 0, -1):
-            body.append(f"        k{k} = int64(r % uint32(d{k}))")
-            body.append(f"        r = r // uint32(d{k})")
-        body.append("        k0 = int64(r)")
-    elif need_g:
-        body.append("        r = i")
-        for k in range(rank - 1, 0, -1):
-            body.append(f"        k{k} = r % d{k}")
-            body.append(f"        r = r // d{k}")
-        body.append("        k0 = r")
+    if need_g:
+        body += ["        " + x for x in coordinates(rank, "k", "d", idx32)]
 
     def off(prefix, base, lay):
         if lay == "c":

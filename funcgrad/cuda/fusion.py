@@ -16,7 +16,7 @@ from .. import prims as P
 from ..clustering import Cluster, external_inputs, fusible, is_view_bcast  # noqa: F401
 from ..clustering import plan_steps as _plan_steps
 from ..core import Lit, Var
-from .elementwise import compute_t, helper_source, nbt, scalar
+from .elementwise import compute_t, coordinates, helper_source, nbt, scalar
 
 # ---------------------------------------------------------------------------------------------
 # code generation
@@ -122,16 +122,8 @@ class FusedKernel:
         if need_coords or len(c.eqns) > UNROLL_MAX_EQNS:   # (unrolled coordinate kernels
             # measured no faster on an H200: their index arithmetic, not loads, bounds them)
             coords = []
-            if need_coords and self.idx32:
-                # 32-bit unsigned division: a 64-bit one is a long software sequence on the
-                # GPU and bound W2's bias-broadcast kernels (gelu backward: 51 us for 75 MB)
-                coords = ["r = uint32(i)"]
-                for d in reversed(range(rank)):
-                    coords += [f"c{d} = int64(r % uint32(s{d}))", f"r = r // uint32(s{d})"]
-            elif need_coords:
-                coords = ["r = i"]
-                for d in reversed(range(rank)):
-                    coords += [f"c{d} = r % s{d}", f"r = r // s{d}"]
+            if need_coords:
+                coords = coordinates(rank, "c", "s", self.idx32)
             b, names = body("i", "t")
             lines += [f"        {x}" for x in coords + b + stores("i", names)]
             lines.append("        i += step")

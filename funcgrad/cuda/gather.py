@@ -18,6 +18,8 @@ remains.
 """
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
 
 from . import runtime
@@ -161,24 +163,7 @@ def kernel(idx, io, NI, N, counts, offs, perm):
     c0 = 0
     while c0 < NI:
         p = c0 + t
-        key = -1
-        if p < NI:
-            v = int64(idx[io + p])
-            if v < 0:
-                v += N
-            if v >= 0 and v < N:
-                key = v
-        keys[t] = key
-        cuda.syncthreads()
-        rank = 0
-        last = True
-        for u in range({T}):
-            if keys[u] == key:
-                if u < t:
-                    rank += 1
-                elif u > t:
-                    last = False
-        if key >= 0:
+{_key_rank(T, 8)}        if key >= 0:
             perm[counts[key] + rank] = p
         cuda.syncthreads()
         if key >= 0 and last:
@@ -188,37 +173,45 @@ def kernel(idx, io, NI, N, counts, offs, perm):
 """
 
 
+def _key_rank(T, indent):
+    """Kernel lines (at `indent` spaces): key = position p's index (wrapped; -1 when out of
+    range or past NI), rank = how many earlier positions of this block's T share it, last =
+    whether p is the last of them; `keys` is a shared int64[T]."""
+    lines = f"""key = -1
+if p < NI:
+    v = int64(idx[io + p])
+    if v < 0:
+        v += N
+    if v >= 0 and v < N:
+        key = v
+keys[t] = key
+cuda.syncthreads()
+rank = 0
+last = True
+for u in range({T}):
+    if keys[u] == key:
+        if u < t:
+            rank += 1
+        elif u > t:
+            last = False
+"""
+    return textwrap.indent(lines, " " * indent)
+
+
 def _rank_source(T):
     """Block c: rank[p] = how many earlier positions of chunk c have p's index, and
     ccount[c, key] = how many positions of chunk c have index key (written by the last one)."""
     return f"""
 @cuda.jit({runtime.jit_opts()})
-def kernel(idx, io, NI, N, rank, ccount):
+def kernel(idx, io, NI, N, ranks, ccount):
     keys = cuda.shared.array({T}, int64)
     t = cuda.threadIdx.x
     c = cuda.blockIdx.x
     p = c * {T} + t
-    key = -1
-    if p < NI:
-        v = int64(idx[io + p])
-        if v < 0:
-            v += N
-        if v >= 0 and v < N:
-            key = v
-    keys[t] = key
-    cuda.syncthreads()
-    r = 0
-    last = True
-    for u in range({T}):
-        if keys[u] == key:
-            if u < t:
-                r += 1
-            elif u > t:
-                last = False
-    if key >= 0:
-        rank[p] = r
+{_key_rank(T, 4)}    if key >= 0:
+        ranks[p] = rank
         if last:
-            ccount[c * N + key] = r + 1
+            ccount[c * N + key] = rank + 1
 """
 
 

@@ -16,7 +16,7 @@ import statistics
 
 import numpy as np
 
-from . import blas
+from . import blas, runtime
 
 SAMPLES = 3   # timed launches per variant
 WARMUP = 1    # untimed first launches per variant (its first replay uploads the graph)
@@ -199,9 +199,4 @@ def _fixed(templates) -> list:
 
 
 def _ok(res):
-    """Check a cuda.bindings (CUresult, *values) tuple; return its value, if any."""
-    if not isinstance(res, tuple):
-        res = (res,)
-    if int(res[0]) != 0:
-        raise RuntimeError(f"CUDA event call failed: {res[0]}")
-    return res[1] if len(res) == 2 else None
+    return runtime.cu_ok(res, "CUDA event call")

@@ -320,11 +320,4 @@ runtime.after_sync.append(check_all)
 
 
 def _ok(res):
-    """Check a cuda.bindings (CUresult, *values) tuple; return the value."""
-    if not isinstance(res, tuple):
-        res = (res,)
-    err = res[0]
-    if int(err) != 0:
-        raise RuntimeError(f"CUDA graph call failed: {err}")
-    return res[1] if len(res) == 2 else res[1:]
-
+    return runtime.cu_ok(res, "CUDA graph call")

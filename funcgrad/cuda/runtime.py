@@ -99,6 +99,16 @@ def memcpy_dtod_async():
     return _memcpy_dtod
 
 
+def cu_ok(res, what: str = "CUDA driver call"):
+    """Check a cuda.bindings result, (CUresult, *values) or a bare CUresult: raise naming
+    `what` on an error; return the one value, or the tuple of values."""
+    if not isinstance(res, tuple):
+        res = (res,)
+    if int(res[0]) != 0:
+        raise RuntimeError(f"{what} failed: {res[0]}")
+    return res[1] if len(res) == 2 else res[1:]
+
+
 _graph_launch = None
 
 
