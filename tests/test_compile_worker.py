@@ -1,15 +1,22 @@
-"""The compile worker (funcgrad/cuda/compile_worker.py) imports numba but not funcgrad, speaks
-its stdin/stdout protocol, and compiles a group of a kernel module given by path."""
+"""The compile server (funcgrad/cuda/compile_worker.py) imports numba but not funcgrad, speaks its
+stdin/stdout protocol, compiles a group of a kernel module given by path, and (on a GPU) writes
+cache entries that a process with a CUDA context loads without compiling."""
 from __future__ import annotations
 
 import ast
+import json
 import os
 import pickle
 import struct
 import subprocess
 import sys
 
+import numpy as np
+import pytest
+
 import funcgrad.cuda.compile_worker as W
+from funcgrad import cuda as fcuda
+from funcgrad.cuda import compile as C
 
 SOURCE = W.__file__
 
@@ -19,6 +26,11 @@ def _source() -> str:
         return f.read()
 
 
+def _batch(slots, groups) -> bytes:
+    data = pickle.dumps({"slots": slots, "groups": groups})
+    return struct.pack("<I", len(data)) + data
+
+
 def test_worker_imports_no_funcgrad_module():
     tree = ast.parse(_source())
     names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
@@ -26,24 +38,30 @@ def test_worker_imports_no_funcgrad_module():
     assert names and not any(m.startswith(("funcgrad", ".")) for m in names), names
 
 
-def test_worker_protocol_under_the_simulator(tmp_path):
-    """ready, then one compiled group ("seconds:module.attr"), then a zero length ends it;
-    funcgrad stays unimported unless a group needs it."""
+def test_server_protocol_under_the_simulator(tmp_path):
+    """{"ready"}, then one answer per group of each batch (forked children when slots > 1, in
+    the server itself with one slot), an error answer for a group that fails; end of input ends
+    it; funcgrad stays unimported unless a group needs it."""
     mod = tmp_path / "fgk_worker_test.py"
-    mod.write_text("from numba import cuda\n\n\n@cuda.jit\ndef kernel(x):\n    x[0] = 1\n")
-    probe = "import sys; print('funcgrad' in sys.modules, flush=True)\n"
-    code = _source().replace('if __name__ == "__main__":',
-                                       probe + 'if __name__ == "__main__":')
+    mod.write_text("from numba import cuda\n\n\n@cuda.jit\ndef kernel(x):\n    x[0] = 1\n\n\n"
+                   "@cuda.jit\ndef other(x):\n    x[0] = 2\n")
+    probe = "import sys; print('funcgrad' in sys.modules, file=sys.stderr, flush=True)\n"
+    code = _source().replace('if __name__ == "__main__":', probe + 'if __name__ == "__main__":')
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    group = pickle.dumps(("fgk_worker_test", str(mod), "kernel", []))
-    feed = struct.pack("<I", len(group)) + group + struct.pack("<I", 0)
-    out = subprocess.run([sys.executable, "-c", code], input=feed, capture_output=True,
-                         env=env, timeout=120, check=False)
-    lines = out.stdout.decode().split()
+    g = ("fgk_worker_test", str(mod))
+    feed = (_batch(2, [(*g, "kernel", []), (*g, "other", []), (*g, "missing", [])])
+            + _batch(1, [(*g, "kernel", [])]))
+    out = subprocess.run([sys.executable, "-c", code, json.dumps({"cc": [9, 0]})], input=feed,
+                         capture_output=True, env=env, timeout=120, check=False)
     assert out.returncode == 0, out.stderr.decode()[-2000:]
-    assert lines[0] == "False" and lines[1] == "ready", lines
-    secs, _, what = lines[2].partition(":")
-    assert float(secs) >= 0 and what == "fgk_worker_test.kernel"
+    assert out.stderr.decode().split()[0] == "False"
+    lines = [json.loads(x) for x in out.stdout.decode().splitlines()]
+    assert "ready" in lines[0] and len(lines) == 5, lines
+    first = {m["name"]: m for m in lines[1:4]}
+    assert sorted(first) == [f"fgk_worker_test.{a}" for a in ("kernel", "missing", "other")]
+    assert "error" in first["fgk_worker_test.missing"]
+    for m in (first["fgk_worker_test.kernel"], first["fgk_worker_test.other"], lines[4]):
+        assert m["s"] >= 0 and m["end"] >= m["start"] and m["nvvm"] == m["link"] == 0, m
 
 
 def test_compile_group_imports_a_module_by_path(tmp_path):
@@ -52,3 +70,40 @@ def test_compile_group_imports_a_module_by_path(tmp_path):
                    "        K.calls.append(t)\n\n\nkernel = K()\n")
     assert W.compile_group(("fgk_worker_path", str(mod), "kernel", [("a",), ("b",)])) >= 0
     assert sys.modules["fgk_worker_path"].K.calls == [("a",), ("b",)]
+
+
+def test_slots_stay_between_one_and_the_cap():
+    assert 1 <= C.slots(16) <= 16
+    assert C.slots(1) == 1
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not fcuda.is_available(), reason="needs a real GPU (NVVM, a context)")
+def test_server_cache_entry_loads_where_there_is_a_context(tmp_path):
+    """The server compiles without a CUDA context; this process (which has one) then loads the
+    kernel from numba's disk cache, compiling nothing, and it runs."""
+    import importlib.util
+
+    from numba import cuda, types
+    src = ("import math\nfrom numba import cuda\n\n\n@cuda.jit(cache=True)\ndef kernel(x, y):\n"
+           "    i = cuda.grid(1)\n    if i < x.size:\n        y[i] = math.exp(x[i]) + i\n")
+    path = tmp_path / "fgk_server_gpu.py"
+    path.write_text(src)
+    sig = (types.float32[::1], types.float32[::1])
+    cc = list(cuda.get_current_device().compute_capability)
+    out = subprocess.run([sys.executable, "-c", _source(), json.dumps({"cc": cc})],
+                         input=_batch(2, [("fgk_server_gpu", str(path), "kernel", [sig])]),
+                         capture_output=True, timeout=300, check=False,
+                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    answer = json.loads(out.stdout.decode().splitlines()[1])
+    assert "error" not in answer and answer["link"] > 0, answer
+    spec = importlib.util.spec_from_file_location("fgk_server_gpu", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.kernel.compile(sig)
+    assert mod.kernel._cache_hits[sig] == 1 and not mod.kernel._cache_misses[sig]
+    x = np.linspace(-1, 1, 300, dtype=np.float32)
+    y = cuda.device_array_like(x)
+    mod.kernel[2, 256](cuda.to_device(x), y)
+    np.testing.assert_allclose(y.copy_to_host(), np.exp(x) + np.arange(300), rtol=1e-6)

@@ -4,27 +4,31 @@ numba compiles a kernel the first time it is launched with new argument types, o
 other, ~0.2-0.5 s each: a GPT step's few hundred kernels took over a minute. Before a plan's
 first call, `prewarm` runs the plan *dry*: every launch is recorded (kernel and argument
 types) instead of executed, device checks and host reads are skipped. The kernels not yet
-compiled are then compiled by a pool of worker processes (spawned, each with its own CUDA
-context), which write them to numba's disk cache (every funcgrad kernel is `cache=True`); the
-real first call then loads them from the cache. Kernels are grouped by function so that no two
-workers write the same cache index.
+compiled are then compiled in parallel into numba's disk cache (every funcgrad kernel is
+`cache=True`); the real first call then loads them from the cache. Kernels are grouped by
+function so that no two processes write the same cache index.
 
-Workers are plain `python -c` subprocesses running compile_worker.py's source (not
-multiprocessing, whose spawn start method would re-run an unguarded user script; and without
-importing funcgrad, which slowed their start-up) fed one pickled group at a time on stdin, the
-longest expected first, each to whichever worker is free (a fixed split by expected cost left
-one worker with two of the slowest kernels). FUNCGRAD_COMPILE_WORKERS sets their number
-(default: CPU count, at most 16; 0 or 1 turns the pool off).
+The compiling is done by one compile server per process (compile_worker.py's source run by
+`python -c`: not multiprocessing, whose spawn start method would re-run an unguarded user
+script; importing numba only, not funcgrad). The first kernel of a dry run that needs compiling
+starts it, so its start-up (numba's import, a warm-up compile; no CUDA context: it compiles for
+the compute capability the parent passes) overlaps the rest of the dry run; later plans reuse
+it. It forks one warm child per kernel group, longest expected first, as many at once as there
+are idle CPUs (`slots`), up to FUNCGRAD_COMPILE_WORKERS (default: CPU count, at most 16; 0 or 1
+compiles in-process). Before it, every plan started up to 16 worker processes, each importing
+numba and creating a CUDA context: on an H200 host they were ready 1.7-3.7 s after their spawn
+(contexts queue), and a test suite's 16 processes started 16 workers per plan each.
 """
 from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 
 from . import runtime
 
-MIN_KERNELS = 6   # fewer new kernels than this: compiling in-process is as fast
+MIN_KERNELS = 6   # fewer new kernels: compiled in-process unless the server is ready already
 
 
 def workers() -> int:
@@ -50,9 +54,10 @@ def _locate(disp):
     return fn.__module__, path, fn.__qualname__
 
 
-def dry_run(plan, bufs, pool=None) -> dict:
+def dry_run(plan, bufs, pool=None, start_server=False) -> dict:
     """{(module, path, attr): set of argument-type tuples} of the launches plan makes
-    (allocations go to `pool`: a memplan.Recorder records the step's memory plan)."""
+    (allocations go to `pool`: a memplan.Recorder records the step's memory plan); with
+    `start_server`, the first kernel that needs compiling starts the compile server."""
     if runtime.SIM:   # the simulator's kernels: launches do nothing (nothing to compile)
         from numba.cuda.simulator.kernel import FakeCUDAKernel as CUDADispatcher
 
@@ -79,6 +84,8 @@ def dry_run(plan, bufs, pool=None) -> dict:
         if _cached_on_disk(self):   # load now, in this process (no worker start-up)
             self.compile(types)
             return
+        if start_server and not seen:
+            _start_server()   # its start-up overlaps the rest of the dry run
         seen.setdefault(where, set()).add(types)
 
     CUDADispatcher.call = record
@@ -124,104 +131,185 @@ def _cost(group) -> float:
     return size * len(sigs)
 
 
-def _feed(procs, groups, t0) -> tuple[list, list, list]:
-    """Hand `groups` (longest expected first) to whichever worker is free: (seconds, name,
-    start, end) per compiled group (start/end: seconds since t0, as the parent saw them), the
-    seconds since t0 at which each worker was ready, and the failed workers' messages."""
-    import collections
-    import pickle
-    import struct
-    import threading
-    queue = collections.deque(groups)
-    lock = threading.Lock()
-    times, ready, errors = [], [], []
+class _Server:
+    """The compile server process (compile_worker.py's source run by `python -c`)."""
 
-    def talk(p):   # one thread per worker
+    def __init__(self, cc):
+        import json
+        import subprocess
+        import tempfile
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        with open(os.path.join(os.path.dirname(__file__), "compile_worker.py")) as f:
+            code = f.read()   # run as -c source: the server imports numba, not funcgrad
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115 - the server's stderr, for its life
+        self.spawned = time.perf_counter()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", code, json.dumps({"cc": list(cc) if cc else None})],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, env=env)
+        self.ready_at = None   # perf_counter() when it said ready
+        self.startup: dict = {}
+        self.error = None
+
+    def alive(self) -> bool:
+        return self.error is None and self.proc.poll() is None
+
+    def _fail(self, what: str) -> None:
+        self.log.seek(0)
+        self.error = f"{what}: {self.log.read().decode(errors='replace')[-400:]}"
+        self.close()
+
+    def _line(self):
+        import json
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:
+                return None
+            try:
+                return json.loads(line)
+            except ValueError:   # not a protocol line (the server's stdout is its log)
+                continue
+
+    def ready(self, wait: bool = True) -> bool:
+        """True once the server has said it is ready (waiting for that when `wait`)."""
+        if self.ready_at is None and self.alive():
+            if not wait:
+                import select
+                if not select.select([self.proc.stdout], [], [], 0)[0]:
+                    return False
+            msg = self._line()
+            if not msg or "ready" not in msg:
+                self._fail("the compile server failed to start")
+                return False
+            self.ready_at, self.startup = time.perf_counter(), msg
+        return self.ready_at is not None and self.alive()
+
+    def compile(self, groups, slots) -> tuple[list, list]:
+        """Compile `groups` (longest first) with at most `slots` at once: the answers of the
+        groups compiled, and error messages."""
+        import pickle
+        import struct
+        data = pickle.dumps({"slots": slots, "groups": groups})
         try:
-            if p.stdout.readline().decode().strip() != "ready":
-                errors.append("a compile worker failed to start")
-                return
-            ready.append(time.perf_counter() - t0)
-            while True:
-                with lock:
-                    g = queue.popleft() if queue else None
-                if g is None:
-                    break
-                data = pickle.dumps(g)
-                start = time.perf_counter() - t0
-                p.stdin.write(struct.pack("<I", len(data)) + data)
-                p.stdin.flush()
-                line = p.stdout.readline().decode().strip()
-                if not line:
-                    errors.append(f"a worker stopped while compiling {g[0]}.{g[2]}")
-                    return
-                t, _, what = line.partition(":")
-                times.append((float(t), what, start, time.perf_counter() - t0))
-            p.stdin.write(struct.pack("<I", 0))
-            p.stdin.flush()
+            self.proc.stdin.write(struct.pack("<I", len(data)) + data)
+            self.proc.stdin.flush()
         except OSError as e:
-            errors.append(f"a compile worker's pipe failed: {e}")
+            self._fail(f"the compile server's pipe failed ({e})")
+            return [], [self.error]
+        done, errors = [], []
+        for _ in groups:
+            msg = self._line()
+            if msg is None:
+                self._fail("the compile server stopped")
+                errors.append(self.error)
+                break
+            (errors if "error" in msg else done).append(msg)
+        return done, errors
 
-    threads = [threading.Thread(target=talk, args=(p,)) for p in procs]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return times, ready, errors
+    def close(self) -> None:
+        """End the server (it finishes the children it has started); closing twice is fine."""
+        if self.log.closed:
+            return
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except Exception:  # noqa: BLE001 - a server that hangs on exit is killed
+            self.proc.kill()
+            self.proc.wait()
+        self.proc.stdout.close()
+        self.log.close()
+
+
+_server: _Server | None = None
+_lock = threading.RLock()   # one plan at a time talks to the server
+
+
+def _start_server() -> None:
+    """Start this process's compile server, unless one is running (it is kept for later
+    plans; the interpreter's exit ends it)."""
+    global _server
+    with _lock:
+        if _server is not None and _server.alive():
+            return
+        import atexit
+        if _server is None:
+            atexit.register(_stop_server)
+        else:   # it stopped: close its pipes and log before starting another
+            _server.close()
+        _server = _Server(_capability())
+
+
+def _capability():
+    """The current device's compute capability (major, minor), or None (the server then asks
+    the driver through a context of its own)."""
+    try:
+        return tuple(runtime.load().get_current_device().compute_capability)
+    except Exception:  # noqa: BLE001 - any failure: let the server find out
+        return None
+
+
+def _stop_server() -> None:
+    global _server
+    if _server is not None:
+        _server.close()
+        _server = None
+
+
+def slots(n: int) -> int:
+    """How many kernels to compile at once: `n`, less the CPUs that other runnable tasks hold
+    now (Linux: /proc/loadavg), so that 16 test processes on 16 cores do not each start 16."""
+    try:
+        with open("/proc/loadavg") as f:
+            running = int(f.read().split()[3].split("/")[0])
+        cpus = len(os.sched_getaffinity(0))
+    except (OSError, ValueError, IndexError, AttributeError):
+        return n
+    return max(1, min(n, cpus + 1 - running))
 
 
 def prewarm(plan, bufs, rec=None) -> dict:
     """Dry-run plan's first call (recording its memory into `rec` when given) and compile its
     kernels in parallel; returns what it did."""
     n = workers()
-    t0 = time.perf_counter()
+    t0, w0 = time.perf_counter(), time.time()
     if rec is None and (runtime.SIM or n <= 1):
         return {}
     try:
-        seen = dry_run(plan, bufs, rec)
+        seen = dry_run(plan, bufs, rec, start_server=not runtime.SIM and n > 1)
     except Exception as e:  # noqa: BLE001 - the real run compiles lazily instead
         return {"error": repr(e)}
     if runtime.SIM or n <= 1:
         return {"recorded": True}
     groups = [(m, p, a, sorted(s, key=str)) for (m, p, a), s in seen.items()]
     count = sum(len(g[3]) for g in groups)
-    if count < MIN_KERNELS:
-        return {"kernels": count, "recorded": rec is not None}
-    import subprocess
-    import tempfile
-    n = min(n, len(groups))
-    groups.sort(key=lambda g: -_cost(g))   # longest first; a free worker takes the next
-    sys.stderr.write(f"\rfuncgrad: compiling {count} CUDA kernels in {n} processes")
-    sys.stderr.flush()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    with open(os.path.join(os.path.dirname(__file__), "compile_worker.py")) as f:
-        code = f.read()   # run as -c source: the worker imports numba, not funcgrad
-    logs = [tempfile.TemporaryFile() for _ in range(n)]   # stderr: never a full pipe
-    t_spawn = time.perf_counter()
-    procs = [subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=log, env=env) for log in logs]
-    times, ready, errors = [], [], []
-    try:
-        times, ready, errors = _feed(procs, groups, t_spawn)
-    finally:
-        for p, log in zip(procs, logs):
-            for f in (p.stdin, p.stdout):
-                try:
-                    f.close()
-                except OSError:
-                    pass
-            if p.wait() != 0:
-                log.seek(0)
-                errors.append(log.read().decode(errors="replace")[-400:])
-            log.close()
+    with _lock:
+        server = _server
+        if count < 2 or server is None or not server.ready(wait=count >= MIN_KERNELS):
+            return {"kernels": count, "recorded": rec is not None}
+        k = min(slots(n), len(groups))   # the server, ready, is idle: not counted as running
+        if server.startup.get("context"):   # no nvJitLink: it compiles one by one, as we would
+            k = 1
+        if k < 2:
+            return {"kernels": count, "recorded": rec is not None, "slots": k}
+        groups.sort(key=lambda g: -_cost(g))   # longest first; a free slot takes the next
+        sys.stderr.write(f"\rfuncgrad: compiling {count} CUDA kernels in {k} processes")
+        sys.stderr.flush()
+        done, errors = server.compile(groups, k)
     wall = time.perf_counter() - t0
-    spent = sum(t for t, *_ in times)
+    spent = sum(d["s"] for d in done)
     sys.stderr.write(f"\rfuncgrad: compiled {count} CUDA kernels in {wall:.1f} s "
-                     f"({spent:.1f} s of compile time in {n} processes)\n")
+                     f"({spent:.1f} s of compile time in {k} processes)\n")
     return {"kernels": count, "wall_s": wall, "compile_s": spent, "errors": errors,
-            "recorded": rec is not None, "before_spawn_s": t_spawn - t0,
-            "workers_ready_s": [min(ready), max(ready)] if ready else None,
-            "last_compile_end_s": max((e for *_, e in times), default=None),
-            "slowest": [x[:2] for x in sorted(times, reverse=True)[:8]],
-            "timeline": sorted((round(s_, 2), round(e, 2), round(t, 2), what[-12:])
-                               for t, what, s_, e in times)}
+            "recorded": rec is not None, "slots": k,
+            "server_spawn_s": server.spawned - t0, "server_ready_s": server.ready_at - t0,
+            "server_startup": server.startup,
+            "first_compile_start_s": min((d["start"] - w0 for d in done), default=None),
+            "last_compile_end_s": max((d["end"] - w0 for d in done), default=None),
+            "nvvm_s": sum(d["nvvm"] for d in done), "link_s": sum(d["link"] for d in done),
+            "slowest": [(d["s"], d["name"]) for d in
+                        sorted(done, key=lambda d: -d["s"])[:8]],
+            "timeline": sorted((round(d["start"] - w0, 2), round(d["end"] - w0, 2),
+                                round(d["s"], 2), round(d["nvvm"], 2), round(d["link"], 2),
+                                d["name"][-12:]) for d in done)}
