@@ -2,7 +2,9 @@
 plan), the compile phase (compile.prewarm: dry run and parallel compiles) and after it (loading
 the kernels, the planned run). One JSON line; set FUNCGRAD_CACHE_DIR to an empty folder first.
 
-Usage: FUNCGRAD_CACHE_DIR=$(mktemp -d) python benchmarks/cold_compile.py [--timeline]
+Usage: FUNCGRAD_CACHE_DIR=$(mktemp -d) python benchmarks/cold_compile.py [--timeline] [--early]
+(--early: compile.start_early() runs as tracing starts, as a one-line hook in jit would; by
+default the compile server starts at the dry run's first kernel that needs compiling)
 """
 from __future__ import annotations
 
@@ -20,20 +22,38 @@ def main() -> None:
     from workloads import gpt_step
 
     import funcgrad
+    import funcgrad.jit  # the module: funcgrad.jit is the function
+    from funcgrad.cuda import backend as fbackend
     from funcgrad.cuda import compile as fcompile
-    spans = []
-    orig = fcompile.prewarm
+    fjit = sys.modules["funcgrad.jit"]
+    spent: dict = {}
 
-    def timed(*args, **kwargs):
-        t = time.perf_counter()
-        try:
-            return orig(*args, **kwargs)
-        finally:
-            spans.append((t, time.perf_counter()))
-    fcompile.prewarm = timed
+    def timed(owner, attr, key, before=None):
+        orig = getattr(owner, attr)
+
+        def wrapper(*args, **kwargs):
+            if before is not None:
+                before()
+            t = time.perf_counter()
+            try:
+                return orig(*args, **kwargs)
+            finally:
+                spent.setdefault(key, []).append((t, time.perf_counter()))
+        setattr(owner, attr, wrapper)
+    armed = []   # set at the first call: nothing before it starts the server
+
+    def early_start():
+        if armed:
+            fcompile.start_early()
+    early = early_start if "--early" in sys.argv else None
+    timed(fjit, "trace_to_expr", "trace", early)   # --early: the server starts as tracing does
+    timed(fjit, "optimize", "optimize")
+    timed(fbackend.CudaBackend, "compile", "plan")
+    timed(fcompile, "prewarm", "prewarm")
     params = funcgrad.device_put(gpt.init_params(gpt.W2))
     step, opt, idx, tgt = gpt_step(gpt.W2, 16, True)
     state = [params, opt.init(params)]
+    armed.append(True)
     t0 = time.perf_counter()
     state[0], state[1], val = step(state[0], state[1], idx, tgt)
     val.block_until_ready()
@@ -45,11 +65,15 @@ def main() -> None:
     if "--timeline" not in sys.argv:
         info.pop("timeline", None)
     info["errors"] = [e[-200:] for e in info.get("errors", [])]
-    (a, b), = spans or [(t0, t0)]
-    print(json.dumps({"what": "W2_cold_first_call", "first_call_s": round(t1 - t0, 3),
-                      "before_prewarm_s": round(a - t0, 3), "prewarm_s": round(b - a, 3),
-                      "after_prewarm_s": round(t1 - b, 3), "second_call_s": round(second, 3),
-                      "compile_info": info}, default=str), flush=True)
+    a, b = spent.get("prewarm", [(t0, t0)])[0]
+    print(json.dumps({"what": "W2_cold_first_call",
+                      "server_start": "trace" if early else "dry run",
+                      "first_call_s": round(t1 - t0, 3), "before_prewarm_s": round(a - t0, 3),
+                      **{f"{k}_s": round(sum(e - s for s, e in v if s < t1), 3)
+                         for k, v in spent.items() if k != "prewarm"},
+                      "prewarm_s": round(b - a, 3), "after_prewarm_s": round(t1 - b, 3),
+                      "second_call_s": round(second, 3), "compile_info": info},
+                     default=str), flush=True)
 
 
 if __name__ == "__main__":

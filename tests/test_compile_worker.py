@@ -107,3 +107,37 @@ def test_server_cache_entry_loads_where_there_is_a_context(tmp_path):
     y = cuda.device_array_like(x)
     mod.kernel[2, 256](cuda.to_device(x), y)
     np.testing.assert_allclose(y.copy_to_host(), np.exp(x) + np.arange(300), rtol=1e-6)
+
+
+def test_an_early_server_is_ended_when_every_kernel_was_compiled(monkeypatch):
+    """start_early() starts the server; a plan that needs no compile (a warm cache) ends it
+    unused and no later start_early() starts another."""
+    made = []
+
+    class Fake:
+        def __init__(self, cc):
+            self.ended = None
+            made.append(self)
+
+        def alive(self):
+            return self.ended is None
+
+        def close(self, kill=False):
+            self.ended = "killed" if kill else "closed"
+
+    monkeypatch.setenv("FUNCGRAD_COMPILE_WORKERS", "4")
+    monkeypatch.setattr(C.runtime, "sim_requested", lambda: False)
+    monkeypatch.setattr(C.runtime, "load", lambda: None)
+    monkeypatch.setattr(C.runtime, "SIM", False)
+    monkeypatch.setattr(C, "_Server", Fake)
+    monkeypatch.setattr(C, "_capability", lambda: (9, 0))
+    monkeypatch.setattr(C, "dry_run", lambda *a, **k: {})
+    for name in ("_server", "_early"):
+        monkeypatch.setattr(C, name, None)
+    monkeypatch.setattr(C, "_warm", False)
+    C.start_early()
+    assert len(made) == 1 and C._early is C._server is made[0]
+    assert C.prewarm(None, []) == {"kernels": 0, "recorded": False}
+    assert made[0].ended == "killed" and C._server is None and C._warm
+    C.start_early()
+    assert len(made) == 1
