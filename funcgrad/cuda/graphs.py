@@ -27,7 +27,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ..core import Array, source_info
-from . import arrays, blas, concurrent, graph_ab, memplan, runtime
+from . import arrays, blas, concurrent, graph_ab, memplan, replay, runtime
 from .arrays import DeviceBuffer
 
 MAX_GRAPHS = 6
@@ -82,6 +82,7 @@ class GraphSet:
         self.has_checks = False     # any graph with device checks (else counts stays zero)
         self.rewired = None         # what concurrent.rewire did to the last captured graph
         self.free_slots = list(range(MAX_GRAPHS))
+        self.memo = None            # replay.Memo: the next call predicted from the last
         setting = blas.policy_setting()
         # the GEMM workspace policy captures take; None until measured (graph_ab.py)
         self.gemm_policy = None if setting == "measure" else setting
@@ -89,10 +90,14 @@ class GraphSet:
 
     # the call -------------------------------------------------------------------------------
 
-    def __call__(self, bufs):
-        """Replay for argument buffers `bufs` (contiguous); returns the result Arrays."""
+    def __call__(self, bufs, args=None):
+        """Replay for argument buffers `bufs` (contiguous; of the Arrays `args` when given: the
+        loop memo learns from them); returns the result Arrays."""
         plan = self.plan
         s = plan.choose_set(bufs)
+        feed = replay.feed_of(self.memo, args, plan)
+        kept = replay.carry(self.memo, feed, s)
+        self.memo = None    # no reference into set s is left before release_set(s)
         last, varies = self.last, self.varies
         if len(last) != len(bufs):
             last = self.last = [None] * len(bufs)
@@ -119,20 +124,27 @@ class GraphSet:
         else:
             self.entries.move_to_end(key)
         plan.release_set(s, 0)
-        for i, dst in entry.staged:
-            b = bufs[i]
-            n = b.size * b.dtype.itemsize
-            if n:
-                err = self._copy(dst, b.block.ptr() + b.offset * b.dtype.itemsize, n, 0)
-                if err:
-                    raise RuntimeError(f"staging copy of {n} bytes failed (CUresult {err})")
+        self._stage(entry, bufs.__getitem__)
         ab = entry.ab
         err = self._launch(entry.handle, 0) if ab is None else ab.launch(self._launch)
         if err:
             raise RuntimeError(f"cuGraphLaunch failed (CUresult {err})")
         if ab is not None and ab.due():
             graph_ab.decide(self, ab)
-        return self._results(entry, bufs, s)
+        outs = self._results(entry, bufs, s)
+        if feed is not None:
+            self.memo = replay.learn(self, args, bufs, feed, s, key, entry, outs, kept)
+        return outs
+
+    def _stage(self, entry, buf_of):
+        """Copy the arguments `entry` reads from staging buffers (buf_of(i): argument i's)."""
+        for i, dst in entry.staged:
+            b = buf_of(i)
+            n = b.size * b.dtype.itemsize
+            if n:
+                err = self._copy(dst, b.block.ptr() + b.offset * b.dtype.itemsize, n, 0)
+                if err:
+                    raise RuntimeError(f"staging copy of {n} bytes failed (CUresult {err})")
 
     def _results(self, entry, bufs, s):
         """The call's result Arrays, from templates made at capture (no per-call checks)."""
@@ -288,6 +300,7 @@ class GraphSet:
 
     def _destroy(self, e):
         """Free e's graphs (its alternative's too), sticky slots and A/B events."""
+        self.memo = None
         if e.ab is not None:
             e.ab.close()
         if e.alt is not None:

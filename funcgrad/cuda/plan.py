@@ -22,7 +22,7 @@ import weakref
 import numpy as np
 
 from ..core import Array, Lit, Var, source_info
-from . import arrays, concurrent, fusion, memplan, runtime
+from . import arrays, concurrent, fusion, memplan, replay, runtime
 from .lowering import lower
 
 # FUNCGRAD_PROFILE=1: plans run step by step with a synchronize around each step (no graphs) and
@@ -92,7 +92,7 @@ class Plan:
                 if g.has_checks and g.counts.any():
                     g.check()
                 try:
-                    return g(bufs)
+                    return g(bufs, args)
                 except memplan.PlanMismatch as e:
                     self.static_ok, self.static_error, self.graphs = False, str(e), None
                 except Exception as e:  # noqa: BLE001 - fall back to launching step by step
@@ -125,6 +125,11 @@ class Plan:
         except memplan.PlanMismatch as e:
             self.static_ok, self.static_error = False, str(e)
             return self._wrap(self._run(bufs))
+
+    def replay(self, args: list) -> list | None:
+        """The results of a call its graphs' loop memo predicted (replay.py), else None."""
+        g = self.graphs
+        return None if g is None or g.memo is None else replay.replay(g, args)
 
     def _own_donated(self, bufs):
         """Results are written in place only into memory nothing else can see: a donated

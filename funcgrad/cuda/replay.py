@@ -1,0 +1,201 @@
+"""The loop memo of a GraphSet: a training loop's steady state replays with no per-leaf work.
+
+After a replayed call the memo predicts the next one: arguments that are this call's results
+(parameters and optimizer state fed back) must come back as the very same objects, the other
+arguments (a batch) are checked one by one as before. When the prediction holds, the call
+skips the signature, the argument keys and the output-set choice: it launches the graph
+learned for that output set. Its results are the Arrays the call before last returned for the
+same set (their memory is that set's) when nothing but the memo holds them, nor any view of
+their memory (reference counts, no weak references, no deleted buffer); otherwise the set is
+released as usual (held results are moved out) and fresh Arrays are made. Any other call goes
+the full way (graphs.GraphSet.__call__), which drops the memo's references into the set it
+writes and learns the memo again.
+
+Plans that donate arguments, or whose results alias an argument, keep the full path.
+"""
+from __future__ import annotations
+
+import sys
+from operator import attrgetter, itemgetter
+from weakref import getweakrefcount
+
+from ..core import Array
+from . import memplan
+from .arrays import DeviceBuffer
+
+_buf = attrgetter("buf")
+_refs = sys.getrefcount
+
+
+class Memo:
+    """What the next calls of one GraphSet are expected to be, per output set t (0, 1)."""
+    __slots__ = ("ad", "base", "entry", "fed_bufs", "fed_get", "fed_ids", "feed", "free_pos",
+                 "key", "last", "n", "nxt", "objs", "out_bufs", "outs")
+
+    def __init__(self, n, feed, free_pos):
+        self.n, self.feed, self.free_pos = n, feed, free_pos
+        fed = [i for i, j in enumerate(feed) if j >= 0]
+        self.fed_get = None if not fed else (
+            itemgetter(*fed) if len(fed) > 1 else (lambda a, i=fed[0]: (a[i],)))
+        two = (None, None)
+        self.entry, self.key, self.outs, self.objs, self.ad = [*two], [*two], [*two], \
+            [*two], [*two]
+        self.base, self.out_bufs, self.fed_ids, self.fed_bufs = [*two], [*two], [*two], \
+            [*two]
+        self.last = self.nxt = 0
+
+    def store(self, t, outs, plan):
+        """Keep set t's result Arrays `outs` (just made, held by nothing else yet) and what
+        the call reading them (writing the other set) must pass."""
+        arrs = [o for o in outs if _in_set(o, plan)]
+        bufs = [a.buf for a in arrs]
+        blocks = list({id(b.block): b.block for b in bufs}.values())
+        self.outs[t], self.ad[t] = outs, tuple(arrs + bufs)
+        self.objs[t] = tuple(arrs + bufs + blocks)
+        self.out_bufs[t] = list(map(id, map(_buf, outs)))
+        del arrs, bufs, blocks
+        self.base[t] = sum(map(_refs, self.objs[t]))   # the memo's own references only
+        self._expect(1 - t if self.fed_get is not None else 0, outs)
+
+    def _expect(self, u, outs):
+        """The arguments a call writing set u reads from `outs` (the other set's results)."""
+        if self.fed_get is None:
+            self.fed_ids[u], self.fed_bufs[u] = [], []
+            return
+        fed = self.fed_get([outs[j] if j >= 0 else None for j in self.feed])
+        self.fed_ids[u] = list(map(id, fed))
+        self.fed_bufs[u] = list(map(id, map(_buf, fed)))
+
+    def drop(self, t):
+        """Forget set t's results and the expectations naming them."""
+        u = 1 - t if self.fed_get is not None else 0
+        self.outs[t] = self.objs[t] = self.ad[t] = self.out_bufs[t] = None
+        self.fed_ids[u] = self.fed_bufs[u] = None
+
+    def free(self, t) -> bool:
+        """Set t's results are held by the memo alone (no name, view, weak reference or
+        deletion since they were returned): they can be returned again."""
+        return (list(map(id, map(_buf, self.outs[t]))) == self.out_bufs[t]
+                and sum(map(_refs, self.objs[t])) == self.base[t]
+                and not any(map(getweakrefcount, self.ad[t])))
+
+
+def _in_set(o, plan) -> bool:
+    """o is a result in one of plan's output sets (not a constant, not an argument)."""
+    blk = o.buf.block
+    return type(blk) is memplan.PlanBlock and blk.owner is plan
+
+
+def feed_of(memo, args, plan) -> tuple | None:
+    """For each argument, which result of the memo's last call it is (-1: none)."""
+    if args is None:
+        return None
+    if memo is None or memo.outs[memo.last] is None:
+        return tuple(-1 for _ in args)
+    outs = memo.outs[memo.last]
+    pos = {id(o): j for j, o in enumerate(outs) if _in_set(o, plan)}
+    feed = tuple(pos.get(id(a), -1) for a in args)
+    return feed if all(j < 0 or outs[j] is a for a, j in zip(args, feed)) else None
+
+
+def carry(memo, feed, s):
+    """The memo's last results, kept for a call writing set s that reads them (fed back)."""
+    t = 1 - s
+    if (memo is None or feed is None or memo.last != t or memo.objs[t] is None
+            or all(j < 0 for j in feed)):
+        return None
+    return memo.outs[t], memo.objs[t], memo.ad[t], memo.base[t], memo.out_bufs[t], \
+        memo.entry[t], memo.key[t]
+
+
+def learn(gs, args, bufs, feed, s, key, entry, outs, kept) -> Memo:
+    """The memo after a full call of GraphSet gs (writing set s with `key` and `entry`); one
+    that only remembers the results (to learn from the next call) when this plan or call
+    cannot take the short path."""
+    free_pos = _free_positions(gs.plan, args, bufs, feed, entry)
+    if free_pos is None:
+        m = Memo(-1, (), ())
+        m.outs[s], m.last = outs, s
+        return m
+    m = Memo(len(args), feed, free_pos)
+    m.entry[s], m.key[s] = entry, key
+    m.store(s, outs, gs.plan)
+    m.last, m.nxt = s, (1 - s if m.fed_get is not None else 0)
+    if m.fed_get is None:
+        return m
+    u = 1 - s
+    comps = list(key[1])
+    for i, j in enumerate(feed):
+        if j >= 0:     # read in place from set s
+            b = outs[j].buf
+            comps[i] = (id(b.block.raw), b.offset)
+    m.key[u] = (u, tuple(comps))
+    m.entry[u] = gs.entries.get(m.key[u])
+    if kept is not None and kept[6] == m.key[u]:
+        m.outs[u], m.objs[u], m.ad[u], m.base[u], m.out_bufs[u] = kept[:5]
+        m._expect(s, m.outs[u])
+    return m
+
+
+def _free_positions(plan, args, bufs, feed, entry):
+    """(position, aval) of the arguments not fed back, or None if the short path cannot
+    serve this plan and call (donation, results aliasing arguments, older results passed)."""
+    if (feed is None or plan.donate or any(t[0] == 1 for t in entry.templates)
+            or len(args) != len(bufs)):
+        return None
+    free_pos = []
+    for i, (a, b, j) in enumerate(zip(args, bufs, feed)):
+        if type(a) is not Array or a.buf is not b:
+            return None
+        if j < 0:
+            if type(b.block) is memplan.PlanBlock and b.block.owner is plan:
+                return None   # an older result of this plan: the full path stages it
+            free_pos.append((i, a.aval))
+    return tuple(free_pos)
+
+
+def replay(gs, args) -> list | None:
+    """The result Arrays of a call that matches gs's memo (None: take the full path)."""
+    m = gs.memo
+    if m is None or len(args) != m.n:
+        return None
+    t = m.nxt
+    ids, entry = m.fed_ids[t], m.entry[t]
+    if ids is None or entry is None or entry.ab is not None:
+        return None
+    if m.fed_get is not None:
+        fed = m.fed_get(args)
+        if list(map(id, fed)) != ids or list(map(id, map(_buf, fed))) != m.fed_bufs[t]:
+            return None
+    plan, last, varies = gs.plan, gs.last, gs.varies
+    for i, aval in m.free_pos:     # a new batch each step: checked as the full path would
+        a = args[i]
+        if type(a) is not Array or a.device != "cuda" or a.aval != aval:
+            return None
+        b = a.buf
+        if type(b) is not DeviceBuffer or not b.is_contiguous():
+            return None
+        blk = b.block
+        if type(blk) is memplan.PlanBlock and blk.owner is plan:
+            return None
+        if not varies[i] and (blk.ptr(), b.offset) != last[i]:
+            return None     # moved: the full path copies it in from now on
+    if gs.has_checks and gs.counts.any():
+        gs.check()
+    outs = m.outs[t]
+    fresh = outs is None or not m.free(t)
+    if fresh:
+        m.drop(t)
+        outs = None
+        plan.release_set(t, 0)
+    if entry.staged:
+        gs._stage(entry, lambda i: args[i].buf)
+    err = gs._launch(entry.handle, 0)
+    if err:
+        gs.memo = None
+        raise RuntimeError(f"cuGraphLaunch failed (CUresult {err})")
+    if fresh:
+        outs = gs._results(entry, None, t)
+        m.store(t, outs, plan)
+    m.last, m.nxt = t, (1 - t if m.fed_get is not None else 0)
+    return outs
