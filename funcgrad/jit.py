@@ -232,6 +232,10 @@ def jit(fun: Callable, static_argnums=(), static_argnames=(), donate_argnums=())
         if config.explain_retraces and cache:
             log.warning(_explain(name, sig, list(cache)))
         stats["traces"] += 1
+        # a backend may start work that tracing can overlap (CUDA: its compile server)
+        hook = getattr(core.get_backend(sig.device), "before_trace", None)
+        if hook is not None:
+            hook()
         raw, raw_consts, _ = trace_to_expr(flat, list(sig.avals))
         expr, consts = optimize(raw, raw_consts)
         donated = tuple(i for i, _ in enumerate(leaves) if _leaf_arg(tree, i) in donate)

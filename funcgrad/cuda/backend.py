@@ -2,6 +2,8 @@
 synchronize), plus exports for __cuda_array_interface__ and DLPack."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from . import arrays, runtime
@@ -53,6 +55,14 @@ class CudaBackend:
             check()
 
     # jit ------------------------------------------------------------------------------------
+
+    def before_trace(self):
+        """jit is about to trace for the GPU: start the compile server now (compile.start_early)
+        so that its start-up overlaps tracing; FUNCGRAD_COMPILE_EARLY=0 leaves it to the dry
+        run's first uncompiled kernel."""
+        if os.environ.get("FUNCGRAD_COMPILE_EARLY", "1") != "0":
+            from .compile import start_early
+            start_early()
 
     def compile(self, expr, consts, donate=()):
         """A Plan (fused kernels + lowered primitives) for an optimized jit expression."""

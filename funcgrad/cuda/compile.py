@@ -251,11 +251,11 @@ def start_early() -> None:
     traced for the GPU), so that its start-up (~1-2 s) overlaps tracing, the passes and the
     plan; not in a process whose kernels were all compiled already (a warm disk cache).
 
-    Nothing in funcgrad calls it yet: on an H200 host, W2's cold first call took 6.25 / 6.43 s
-    with it called as tracing starts against 7.38 / 7.41 s without (benchmarks/cold_compile.py
-    --early, 2026-11-24 19:09 UTC), while called when the backend builds the plan (0.6 s
-    before the dry run) it gave 5.18 / 5.68 s against 5.18 / 4.89 s (19:13 UTC): no gain.
-    The hook belongs where jit starts tracing for the GPU."""
+    jit calls it (CudaBackend.before_trace) as it starts tracing for the GPU, unless
+    FUNCGRAD_COMPILE_EARLY=0. On an H200 host, W2's cold first call took 6.25 / 6.43 s with it
+    called as tracing starts against 7.38 / 7.41 s without (benchmarks/cold_compile.py --early,
+    2026-11-24 19:09 UTC); called when the backend builds the plan (0.6 s before the dry run)
+    it gave 5.18 / 5.68 s against 5.18 / 4.89 s (19:13 UTC): no gain there."""
     global _early
     if _warm or workers() <= 1 or runtime.sim_requested():
         return
