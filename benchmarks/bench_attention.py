@@ -87,7 +87,7 @@ def kernel_times(q, k, v, w, fwd_flop, reps=20):
     default = {m: list(c) for m, c in AS.GPU_CONFIGS.items()}
     for mode, (call, units) in calls.items():
         for cfg in [c for c in default[mode]
-                    if AS.smem_words(mode, 64, c[0], c[1]) * 4 <= AS.SMEM_WORDS_BYTES][:3] + \
+                    if AS.config_words(mode, 64, c) * 4 <= AS.SMEM_WORDS_BYTES][:3] + \
                 EXTRA_CONFIGS.get(mode, []):
             AS.GPU_CONFIGS[mode] = [cfg]
             call()

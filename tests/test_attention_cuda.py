@@ -13,9 +13,11 @@ from hypothesis import strategies as st
 
 import funcgrad
 import funcgrad.numpy as fnp
+from funcgrad import attention_lse as AL
 from funcgrad import attention_prim as A
 from funcgrad import nn
 from funcgrad.core import bind
+from funcgrad.cuda import attention_src as AS
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not _usable(), reason="no GPU and no CUDA simulator")]
@@ -76,6 +78,46 @@ def test_kernels_match_numpy_drawn_shapes(top, b, t, s, kh, g, hf, hvf, causal, 
             (A.attention_dkv_p, (qd, kd, vd, dod, std), A._dkv_impl(q, k, v, do, st_, **prm))]:
         got = np.asarray(bind(prim, *args, **prm))
         np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-5, err_msg=prim.name)
+
+
+# every kernel under configurations other than the default: the VEC layout (contiguous
+# register tiles over rows padded for float4 reads), other loads-in-flight counts, prefetched
+# streamed tiles (PF) and tile shapes (forced on the simulator's tiny shapes as on the GPU);
+# partial tiles, GQA, strided query heads
+_FORCED = ([(4, 4, 2, 2, 1, 4), (8, 4, 2, 2, 1, 2, 1), (4, 8, 2, 2, 1, 3), (8, 8, 2, 4, 0, 2, 1)]
+           if _sim() else [(64, 32, 16, 8), (32, 32, 8, 8), (64, 32, 16, 16, 1, 8),
+                           (32, 32, 8, 16, 1, 8), (32, 32, 16, 8, 0, 8, 1), (32, 64, 8, 8, 1, 8)])
+_FORCED_SHAPES = ([(1, 5, 6, 1, 2, 3, 2, True), (2, 4, 3, 2, 1, 2, 3, False)] if _sim() else
+                  [(2, 70, 75, 2, 2, 64, 64, True), (1, 33, 40, 1, 3, 40, 24, False)])
+
+
+@pytest.mark.parametrize("cfg", _FORCED, ids=str)
+def test_forced_configs_match_numpy(cfg, monkeypatch):
+    if _sim():
+        monkeypatch.setattr(AS, "SIM_CONFIG", cfg)
+    else:
+        monkeypatch.setattr(AS, "GPU_CONFIGS",   # the defaults where cfg does not fit
+                            {m: [cfg, *c] for m, c in AS.GPU_CONFIGS.items()})
+    for b, t, s, kh, g, h, hv, causal in _FORCED_SHAPES:
+        qf, q, k, v, do = operands(b, t, s, kh, g, h, hv)
+        prm = {"scale": 0.3, "causal": causal}
+        o = A._attn_impl(q, k, v, **prm)
+        st_ = A._stats_impl(q, k, o, do, **prm)
+        qd, kd, vd, dod, od, std = _dev(q, k, v, do, o, st_)
+        qd = _dev(qf)[0][..., 1:]
+        lse = np.ascontiguousarray(st_[..., 0])
+        for prim, args, want, kw in [
+                (A.attention_p, (qd, kd, vd), o, prm),
+                (A.attention_stats_p, (qd, kd, od, dod), st_, prm),
+                (AL.attention_fwdl_p, (qd, kd, vd), AL._fwdl_impl(q, k, v, **prm), prm),
+                (AL.attention_delta_p, (od, dod, _dev(lse)[0]), AL._delta_impl(o, do, lse), {}),
+                (A.attention_dq_p, (qd, kd, vd, dod, std), A._dq_impl(q, k, v, do, st_, **prm),
+                 prm),
+                (A.attention_dkv_p, (qd, kd, vd, dod, std), A._dkv_impl(q, k, v, do, st_, **prm),
+                 prm)]:
+            got = np.asarray(bind(prim, *args, **kw))
+            np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-5,
+                                       err_msg=f"{prim.name} {cfg}")
 
 
 def test_jitted_grad_with_strided_heads_matches_cpu():

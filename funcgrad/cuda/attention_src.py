@@ -1,49 +1,73 @@
 """Source generator of the flash-attention kernels (forward, stats, dq, dkv): register tiles.
 
 Each block owns BR rows (queries; keys for dkv) of one (batch, head) and streams the other side
-through shared memory in tiles of BC. Threads form a TY x TX grid; a thread holds rows
-ty + TY*i (i < MI) and streamed columns tx + TX*j (j < NJ) of every score tile, and output
-columns tx + TX*k (k < D/TX) of its rows, all in scalar registers. Every product is a small
-GEMM from shared memory: each k-step loads MI + NJ values for MI*NJ FMAs. Tiles live in shared
-memory transposed ([head dim][row], row stride R + 1), so row reads, column reads and the
-coalesced loads from global memory are all free of bank conflicts. Only the tile constants
-(BR, BC, TY, TX) and the padded head dim D (a power of two; outputs in registers) are baked in;
-head dims, lengths, strides and causality are runtime arguments, so loops stay loops and a
-kernel compiles in about a second. Row max/sum across a row's TX lanes use warp shuffles (shared
-memory under the simulator); all orders are fixed, so results are deterministic.
+through shared memory in tiles of BC. Threads form a TY x TX grid; a thread holds MI = BR / TY
+rows and NJ = BC / TX streamed columns of every score tile, and output columns tx + TX*k
+(k < D/TX) of its rows, all in scalar registers. Every product is a small GEMM from shared
+memory: each k-step loads MI + NJ values for MI*NJ FMAs. Tiles live in shared memory transposed
+([head dim][row]). By default a thread's rows are ty + TY*i and its columns tx + TX*j, with row
+stride R + 1, so row reads, column reads and the coalesced loads from global memory are all free
+of bank conflicts. VEC configurations give a thread contiguous rows ty*MI + i and columns
+tx*NJ + j over rows padded to R + 4 words (16-byte aligned), so NVVM merges the GEMM loops'
+reads into float4 / float2 loads; their tile loads map a warp onto 8 head dims x 4 rows so the
+transposed stores stay conflict-free. U sets the global loads in flight per operand; PF
+prefetches the next streamed tile into registers while the current one is multiplied. Only the
+tile constants (BR, BC, TY, TX, VEC, U, PF) and the padded head dim D (a power of two; outputs
+in registers) are baked in; head dims, lengths, strides and causality are runtime arguments, so
+loops stay loops and a kernel compiles in about two seconds. Row max/sum across a row's TX
+lanes use warp shuffles (shared memory under the simulator); all orders are fixed, so results
+are deterministic.
 """
 from __future__ import annotations
+
+import math
 
 from .elementwise import compute_t, nbt
 
 SMEM_WORDS_BYTES = 48 * 1024
-# (BR, BC, TY, TX) in order of preference; the first whose shared memory fits is used
-GPU_CONFIGS = {
-    "fwd": [(64, 32, 16, 8), (32, 32, 8, 8), (16, 16, 8, 8), (8, 8, 4, 4)],
+# (BR, BC, TY, TX[, VEC, U]) in order of preference; the first whose shared memory fits is used.
+# VEC 1: contiguous register tiles (rows ty * MI + i, columns tx * NJ + j) over tiles padded to a
+# multiple of four words, so the GEMM loops read float4s; U: global loads in flight per operand
+GPU_CONFIGS = {   # the first of each: fastest at W2's shapes on an H200 (bench_attention_simt)
+    "fwd": [(64, 32, 32, 8, 0, 8, 1), (64, 32, 16, 8), (32, 32, 8, 8), (16, 16, 8, 8),
+            (8, 8, 4, 4)],
     "stats": [(64, 32, 16, 8), (32, 32, 8, 8), (16, 16, 8, 8), (8, 8, 4, 4)],
-    "dq": [(32, 32, 8, 8), (16, 16, 8, 8), (8, 8, 4, 4)],
-    "dkv": [(32, 32, 8, 8), (16, 16, 8, 8), (8, 8, 4, 4)],
+    "delta": [(64, 32, 32, 8, 0, 8), (64, 32, 16, 8), (32, 32, 8, 8), (16, 16, 8, 8),
+              (8, 8, 4, 4)],
+    "dq": [(32, 32, 8, 16, 0, 8), (32, 32, 8, 8), (16, 16, 8, 8), (8, 8, 4, 4)],
+    "dkv": [(32, 32, 16, 8, 1, 8), (32, 32, 8, 8), (16, 16, 8, 8), (8, 8, 4, 4)],
 }
 GPU_CONFIGS["fwdl"] = GPU_CONFIGS["fwd"]       # the forward that also writes the logsumexp
-GPU_CONFIGS["delta"] = GPU_CONFIGS["stats"]    # the statistics from a saved logsumexp
 SIM_CONFIG = (4, 4, 2, 2)   # the simulator: 4 threads, 2 x 2 registers, every path on tiny shapes
 
 
-def smem_words(mode, D, BR, BC):
-    """Shared-memory words of one block (tiles, score scratch, per-query stats)."""
-    rows, cols, sc = D * (BR + 1), D * (BC + 1), BC * (BR + 1)
+def full_config(cfg):
+    """(BR, BC, TY, TX, VEC, U, PF) of a 4-, 6- or 7-tuple configuration."""
+    return tuple(cfg) + (0, 4, 0)[len(cfg) - 4:]
+
+
+def smem_words(mode, D, BR, BC, pad=1):
+    """Shared-memory words of one block (tiles, score scratch, per-query stats); tile rows are
+    padded by `pad` words (1, or 4 for VEC configurations)."""
+    rows, cols, sc = D * (BR + pad), D * (BC + pad), BC * (BR + pad)
     return {"fwd": rows + max(cols, sc) + cols, "fwdl": rows + max(cols, sc) + cols,
             "stats": rows + max(cols, rows), "delta": 2 * rows,
             "dq": 2 * rows + cols + max(cols, sc),
             "dkv": 2 * rows + 2 * cols + 2 * sc + 2 * BC}[mode]
 
 
+def config_words(mode, D, cfg):
+    """Shared-memory words of `cfg` (any configuration tuple) for `mode` at head dim D."""
+    BR, BC, _, _, vec, _, _ = full_config(cfg)
+    return smem_words(mode, D, BR, BC, 4 if vec else 1)
+
+
 def pick_config(mode, D, itemsize, sim):
-    """(BR, BC, TY, TX) for `mode` at padded head dim D."""
+    """The configuration tuple for `mode` at padded head dim D."""
     if sim:
         return SIM_CONFIG
     for cfg in GPU_CONFIGS[mode]:
-        if smem_words(mode, D, cfg[0], cfg[1]) * itemsize <= SMEM_WORDS_BYTES:
+        if config_words(mode, D, cfg) * itemsize <= SMEM_WORDS_BYTES:
             return cfg
     raise ValueError(f"attention: head dim {D} does not fit shared memory")
 
@@ -55,70 +79,122 @@ def _operand(name):
 class _Gen:
     def __init__(self, mode, dtype, st_dtype, D, cfg, sim):
         self.mode, self.D, self.sim = mode, D, sim
-        self.BR, self.BC, self.TY, self.TX = cfg
+        self.BR, self.BC, self.TY, self.TX, self.vec, self.U, self.PF = full_config(cfg)
         self.MI, self.NJ = self.BR // self.TY, self.BC // self.TX
         self.OC = D // self.TX
         self.NT = self.TY * self.TX
+        self.P = 4 if self.vec else 1   # tile row padding (words)
         self.ct, self.out = compute_t(dtype), nbt(dtype)
         self.st_out = nbt(st_dtype)
         self.L: list[str] = []
 
+    def row(self, i):
+        """This thread's i-th row of a tile (an expression)."""
+        return f"ty * {self.MI} + {i}" if self.vec else f"ty + {i} * {self.TY}"
+
+    def col(self, j):
+        """This thread's j-th streamed column of a score tile (an expression)."""
+        return f"tx * {self.NJ} + {j}" if self.vec else f"tx + {j} * {self.TX}"
+
     def emit(self, ind, *lines):
         self.L += [("    " * ind) + x for x in lines]
 
-    def load_tile(self, ind, r0, limit, R, ops):
-        """For each (op, head, width, base) of ops: sm[base + d * (R + 1) + r] =
+    def tile_index(self, ind, R):
+        """r, d of tile element i. VEC: a warp covers 8 dims x 4 rows, so the transposed
+        stores below hit 32 banks (row stride R + 4) and global reads stay 32-byte sectors."""
+        D = self.D
+        if not self.vec:
+            self.emit(ind, f"r = i // {D}", f"d = i - r * {D}")
+            return
+        dl = math.gcd(D, 8)
+        rl = math.gcd(R, 32 // dl)
+        self.emit(ind, f"h_ = i // {dl * rl}", f"r = (h_ // {D // dl}) * {rl} + (i // {dl}) % {rl}",
+                  f"d = (h_ % {D // dl}) * {dl} + i % {dl}")
+
+    def load_tile(self, ind, r0, limit, R, ops, part="both"):
+        """For each (op, head, width, base) of ops: sm[base + d * (R + P) + r] =
         op[b, r0 + r, head, d] (0 outside [0, limit) x [0, width)) for r < R, d < D.
-        Consecutive threads read consecutive d; four loads per operand in flight."""
+        Consecutive threads read consecutive d; U loads per operand in flight. part 'fetch'
+        only loads the whole tile into registers (xl), 'put' only stores them."""
         D, NT, ct = self.D, self.NT, self.ct
-        total, U = R * D, 4
+        total = R * D
+        U = self.U if part == "both" else -(-total // NT)
         tail = total % (NT * U) != 0
-        self.emit(ind, f"for i0 in range(tid, {total}, {NT * U}):",
-                  f"    for u in range({U}):", f"        i = i0 + u * {NT}",
-                  f"        r = i // {D}", f"        d = i - r * {D}", f"        rr = {r0} + r",
-                  f"        ok = {f'i < {total} and ' if tail else ''}rr < {limit}")
-        for n_, (op, head, width, _) in enumerate(ops):
-            self.emit(ind + 2, f"x = {ct}(0)", f"if ok and d < {width}:",
-                      f"    x = {ct}({op.upper()}a[uint64({op}o + b * {op}s0 + rr * {op}s1 + "
-                      f"{head} * {op}s2 + d * {op}s3)])", f"xl[u + {U * n_}] = x")
-        self.emit(ind + 1, f"for u in range({U}):", f"    i = i0 + u * {NT}",
-                  f"    a_ = (i - (i // {D}) * {D}) * {R + 1} + i // {D}")
+        if part == "both":
+            self.emit(ind, f"for i0 in range(tid, {total}, {NT * U}):")
+            ind += 1
+        else:
+            self.emit(ind, "i0 = tid")
+        if part != "put":
+            self.emit(ind, f"for u in range({U}):", f"    i = i0 + u * {NT}")
+            self.tile_index(ind + 1, R)
+            self.emit(ind + 1, f"rr = {r0} + r",
+                      f"ok = {f'i < {total} and ' if tail else ''}rr < {limit}")
+            for n_, (op, head, width, _) in enumerate(ops):
+                self.emit(ind + 1, f"x = {ct}(0)", f"if ok and d < {width}:",
+                          f"    x = {ct}({op.upper()}a[uint64({op}o + b * {op}s0 + rr * {op}s1 + "
+                          f"{head} * {op}s2 + d * {op}s3)])", f"xl[u + {U * n_}] = x")
+        if part == "fetch":
+            return
+        self.emit(ind, f"for u in range({U}):", f"    i = i0 + u * {NT}")
+        self.tile_index(ind + 1, R)
+        self.emit(ind + 1, f"a_ = d * {R + self.P} + r")
         pre = ""
         if tail:
-            self.emit(ind + 2, f"if i < {total}:")
+            self.emit(ind + 1, f"if i < {total}:")
             pre = "    "
         for n_, (_, _, _, base) in enumerate(ops):
-            self.emit(ind + 2, f"{pre}sm[uint64({base} + a_)] = xl[u + {U * n_}]")
+            self.emit(ind + 1, f"{pre}sm[uint64({base} + a_)] = xl[u + {U * n_}]")
+
+    def stream(self, ind, start, end, limit, ops):
+        """for c0 in range(start, end, BC), the tile of ops at rows c0 stored in shared memory
+        (PF: loaded into registers before, during the previous tile's products)."""
+        if not self.PF:
+            self.emit(ind, f"for c0 in range({start}, {end}, {self.BC}):")
+            self.load_tile(ind + 1, "c0", limit, self.BC, ops)
+            return
+        self.emit(ind, f"if {start} < {end}:")
+        self.load_tile(ind + 1, start, limit, self.BC, ops, "fetch")
+        self.emit(ind, f"for c0 in range({start}, {end}, {self.BC}):")
+        self.load_tile(ind + 1, "c0", limit, self.BC, ops, "put")
+
+    def prefetch(self, ind, end, limit, ops):
+        """PF: the next streamed tile's loads, issued once this one is in shared memory."""
+        if self.PF:
+            self.emit(ind, f"if c0 + {self.BC} < {end}:")
+            self.load_tile(ind + 1, f"(c0 + {self.BC})", limit, self.BC, ops, "fetch")
 
     def mm_rows_cols(self, ind, acc, abase, AR, bbase, BR_, klen):
-        """acc[i, j] = sum_k A[k][ty + TY i] * B[k][tx + TX j] (tiles [k][row], stride +1)."""
-        MI, NJ, TY, TX, ct = self.MI, self.NJ, self.TY, self.TX, self.ct
+        """acc[i, j] = sum_k A[k][row(i)] * B[k][col(j)] (tiles [k][row], stride + P)."""
+        MI, NJ, TY, TX, ct, P = self.MI, self.NJ, self.TY, self.TX, self.ct, self.P
+        ri, cj = (1, 1) if self.vec else (TY, TX)
         self.emit(ind, f"for i in range({MI}):", f"    for j in range({NJ}):",
                   f"        {acc}[i, j] = {ct}(0)",
-                  f"pa = uint64({abase} + ty)", f"pb = uint64({bbase} + tx)",
+                  f"pa = uint64({abase} + {self.row(0)})", f"pb = uint64({bbase} + {self.col(0)})",
                   f"for kk in range({klen}):",
-                  f"    for i in range({MI}):", f"        av[i] = sm[pa + uint64(i * {TY})]",
-                  f"    for j in range({NJ}):", f"        bv[j] = sm[pb + uint64(j * {TX})]",
+                  f"    for i in range({MI}):", f"        av[i] = sm[pa + uint64(i * {ri})]",
+                  f"    for j in range({NJ}):", f"        bv[j] = sm[pb + uint64(j * {cj})]",
                   f"    for i in range({MI}):", f"        for j in range({NJ}):",
                   f"            {acc}[i, j] += av[i] * bv[j]",
-                  f"    pa += uint64({AR + 1})", f"    pb += uint64({BR_ + 1})")
+                  f"    pa += uint64({AR + P})", f"    pb += uint64({BR_ + P})")
 
     def mm_scores_out(self, ind, pairs, klen):
-        """For each (acc, sbase, obase, OR): acc[i, k] += sum_c S[c][ty + TY i] *
-        O[tx + TX k][c] (S stored [c][row] with stride BR + 1, O [col][c] stride OR + 1)."""
-        MI, OC, TY, TX, BR = self.MI, self.OC, self.TY, self.TX, self.BR
+        """For each (acc, sbase, obase, OR): acc[i, k] += sum_c S[c][row(i)] *
+        O[tx + TX k][c] (S stored [c][row] with stride BR + P, O [col][c] stride OR + P)."""
+        MI, OC, TY, TX, BR, P = self.MI, self.OC, self.TY, self.TX, self.BR, self.P
+        ri = 1 if self.vec else TY
         for n_, (_, sbase, obase, OR) in enumerate(pairs):
-            self.emit(ind, f"ps{n_} = uint64({sbase} + ty)",
-                      f"po{n_} = uint64({obase} + tx * {OR + 1})")
+            self.emit(ind, f"ps{n_} = uint64({sbase} + {self.row(0)})",
+                      f"po{n_} = uint64({obase} + tx * {OR + P})")
         self.emit(ind, f"for c in range({klen}):")
         for n_, (acc, _, _, OR) in enumerate(pairs):
             self.emit(ind + 1, f"for i in range({MI}):",
-                      f"    av[i] = sm[ps{n_} + uint64(i * {TY})]",
+                      f"    av[i] = sm[ps{n_} + uint64(i * {ri})]",
                       f"for k in range({OC}):",
-                      f"    wv[k] = sm[po{n_} + uint64(k * {TX * (OR + 1)})]",
+                      f"    wv[k] = sm[po{n_} + uint64(k * {TX * (OR + P)})]",
                       f"for i in range({MI}):", f"    for k in range({OC}):",
                       f"        {acc}[i, k] += av[i] * wv[k]",
-                      f"ps{n_} += uint64({BR + 1})", f"po{n_} += uint64(1)")
+                      f"ps{n_} += uint64({BR + P})", f"po{n_} += uint64(1)")
 
     def group(self, ind, var, op):
         """var <- the max / sum of var over the TX lanes of this thread's row group."""
@@ -130,7 +206,7 @@ class _Gen:
                           f"{comb(var, f'cuda.shfl_xor_sync(0xffffffff, {var}, {off})')}")
                 off //= 2
             return
-        self.emit(ind, f"red[tid] = {var}", "cuda.syncthreads()", f"v_ = red[tid - tx]",
+        self.emit(ind, f"red[tid] = {var}", "cuda.syncthreads()", "v_ = red[tid - tx]",
                   f"for u in range(1, {self.TX}):", f"    v_ = {comb('v_', 'red[tid - tx + u]')}",
                   "cuda.syncthreads()", f"{var} = v_")
 
@@ -139,18 +215,20 @@ class _Gen:
                   f"{self.ct})")
 
     def header(self, ops, extra, out):
-        ct = self.ct
-        words = smem_words(self.mode, self.D, self.BR, self.BC)
+        ct, D = self.ct, self.D
+        words = config_words(self.mode, self.D, (self.BR, self.BC, 0, 0, self.vec))
+        align = ", alignment=16" if self.vec and not self.sim else ""
         self.emit(0, "", "@cuda.jit(OPTS)",
                   f"def kernel({', '.join(_operand(x) for x in ops)}{extra}, {out}, outo, "
                   "T, S, N, G, H, HV, causal, scale_):")
-        self.emit(1, f"sm = cuda.shared.array({words}, {ct})")
+        self.emit(1, f"sm = cuda.shared.array({words}, {ct}{align})")
         if self.sim:
             self.emit(1, f"red = cuda.shared.array({self.NT}, {ct})")
         self.emit(1, "tid = cuda.threadIdx.x", f"ty = tid // {self.TX}",
                   f"tx = tid - ty * {self.TX}", f"sc = {ct}(scale_)", f"NEG = {ct}(-math.inf)",
                   f"POS = {ct}(math.inf)")
-        self.local("xl", 8)
+        whole = -(-max(self.BR, self.BC) * D // self.NT) if self.PF else 0
+        self.local("xl", 2 * max(self.U, whole))
         self.local("av", self.MI)
         self.local("bv", self.NJ)
         self.local("wv", self.OC)
@@ -169,18 +247,19 @@ def _zero(g, ind, name, n1, n2):
 
 
 def _store_scores(g, ind, base, var, expr=None):
-    """sm[base + col * (BR + 1) + row] = var[i, j] (the score tile, transposed)."""
+    """sm[base + col * (BR + P) + row] = var[i, j] (the score tile, transposed)."""
     g.emit(ind, f"for i in range({g.MI}):", f"    for j in range({g.NJ}):",
-           f"        sm[uint64({base} + (tx + j * {g.TX}) * {g.BR + 1} + ty + i * {g.TY})] = "
+           f"        sm[uint64({base} + ({g.col('j')}) * {g.BR + g.P} + {g.row('i')})] = "
            f"{expr or var + '[i, j]'}")
 
 
 def _fwd_like(g, stats, lse_out=False, lse_in=False):
     """The forward (stats=False; lse_out: also L[b, n, t] = the rows' logsumexp) or the
     backward statistics (stats=True; lse_in: the logsumexp read from L, no q.k pass)."""
-    D, BR, BC, MI, NJ, OC, TY, TX, ct = (g.D, g.BR, g.BC, g.MI, g.NJ, g.OC, g.TY, g.TX, g.ct)
-    QB, KB = 0, D * (BR + 1)
-    VB = KB + max(D * (BC + 1), BC * (BR + 1))
+    D, BR, BC, MI, NJ, OC, TX, ct = (g.D, g.BR, g.BC, g.MI, g.NJ, g.OC, g.TX, g.ct)
+    P = g.P
+    QB, KB = 0, D * (BR + P)
+    VB = KB + max(D * (BC + P), BC * (BR + P))
     ops = (["o", "g"] if lse_in else ["q", "k", "o", "g"]) if stats else ["q", "k", "v"]
     g.header(ops, ", La, lo" if lse_out or lse_in else "", "ST" if stats else "O")
     g.local("s", MI, NJ)
@@ -192,13 +271,13 @@ def _fwd_like(g, stats, lse_out=False, lse_in=False):
         g.load_tile(1, "row0", "T", BR, [("o", "n", "HV", QB), ("g", "n", "HV", KB)])
         g.emit(1, "cuda.syncthreads()", f"for i in range({MI}):", f"    x = {ct}(0)",
                f"    for k in range({OC}):",
-               f"        a_ = uint64((tx + k * {TX}) * {BR + 1} + ty + i * {TY})",
+               f"        a_ = uint64((tx + k * {TX}) * {BR + P} + {g.row('i')})",
                f"        x += sm[a_] * sm[a_ + uint64({KB})]")
         g.group(2, "x", "sum")
         g.emit(2, "dsum[i] = x")
         g.emit(1, "cuda.syncthreads()")
     if lse_in:
-        g.emit(1, f"for i in range({MI}):", f"    t = row0 + ty + i * {TY}",
+        g.emit(1, f"for i in range({MI}):", f"    t = row0 + {g.row('i')}",
                "    if t < T and tx == 0:", "        sti = outo + ((b * N + n) * T + t) * 2",
                f"        ST[sti] = {g.st_out}(La[uint64(lo + (b * N + n) * T + t)])",
                f"        ST[sti + 1] = {g.st_out}(dsum[i])")
@@ -208,14 +287,14 @@ def _fwd_like(g, stats, lse_out=False, lse_in=False):
     if not stats:
         g.local("o", MI, OC)
         _zero(g, 1, "o", MI, OC)
-    g.emit(1, f"for c0 in range(0, lim, {BC}):")
-    g.load_tile(2, "c0", "S", BC,
-                [("k", "kh", "H", KB)] + ([] if stats else [("v", "kh", "HV", VB)]))
+    kv = [("k", "kh", "H", KB)] + ([] if stats else [("v", "kh", "HV", VB)])
+    g.stream(1, "0", "lim", "S", kv)
     g.emit(2, "cuda.syncthreads()")
+    g.prefetch(2, "lim", "S", kv)
     g.mm_rows_cols(2, "s", QB, BR, KB, BC, "H")
     # online softmax: row max over the row's lanes, rescale the running sums / outputs
-    g.emit(2, f"for i in range({MI}):", f"    row = row0 + ty + i * {TY}", "    mx = NEG",
-           f"    for j in range({NJ}):", f"        col = c0 + tx + j * {TX}",
+    g.emit(2, f"for i in range({MI}):", f"    row = row0 + {g.row('i')}", "    mx = NEG",
+           f"    for j in range({NJ}):", f"        col = c0 + {g.col('j')}",
            "        x = s[i, j] * sc", "        if col >= S or (causal and col > row):",
            "            x = NEG", "        s[i, j] = x", "        mx = max(mx, x)")
     g.group(3, "mx", "max")
@@ -233,7 +312,7 @@ def _fwd_like(g, stats, lse_out=False, lse_in=False):
         g.emit(2, "cuda.syncthreads()")
     g.emit(1, f"for i in range({MI}):", "    li = l[i]")
     g.group(2, "li", "sum")
-    g.emit(2, f"t = row0 + ty + i * {TY}")
+    g.emit(2, f"t = row0 + {g.row('i')}")
     if stats:
         g.emit(2, "if t < T and tx == 0:", "    sti = outo + ((b * N + n) * T + t) * 2",
                f"    ST[sti] = {g.st_out}(m[i] + math.log(li)) if li > 0 else {g.st_out}(NEG)",
@@ -250,10 +329,11 @@ def _fwd_like(g, stats, lse_out=False, lse_in=False):
 
 
 def _dq(g):
-    D, BR, BC, MI, NJ, OC, TY, TX, ct = (g.D, g.BR, g.BC, g.MI, g.NJ, g.OC, g.TY, g.TX, g.ct)
-    QB, GB = 0, D * (BR + 1)
-    KB = 2 * D * (BR + 1)
-    VB = KB + D * (BC + 1)
+    D, BR, BC, MI, NJ, OC, TX, ct = (g.D, g.BR, g.BC, g.MI, g.NJ, g.OC, g.TX, g.ct)
+    P = g.P
+    QB, GB = 0, D * (BR + P)
+    KB = 2 * D * (BR + P)
+    VB = KB + D * (BC + P)
     g.header(["q", "k", "v", "g"], ", ST, sto", "DQ")
     for name, shape in (("s", (MI, NJ)), ("p", (MI, NJ)), ("o", (MI, OC)), ("lse", (MI,)),
                         ("dl", (MI,))):
@@ -261,42 +341,44 @@ def _dq(g):
     _query_rows(g)
     g.load_tile(1, "row0", "T", BR, [("q", "n", "H", QB), ("g", "n", "HV", GB)])
     # this thread's rows' logsumexp / delta (-inf lse -> +inf: its probabilities come out 0)
-    g.emit(1, f"for i in range({MI}):", f"    t = row0 + ty + i * {TY}",
-           f"    lse[i] = POS", f"    dl[i] = {ct}(0)", "    if t < T:",
+    g.emit(1, f"for i in range({MI}):", f"    t = row0 + {g.row('i')}",
+           "    lse[i] = POS", f"    dl[i] = {ct}(0)", "    if t < T:",
            "        sti = sto + ((b * N + n) * T + t) * 2",
            f"        x = {ct}(ST[sti])", "        lse[i] = POS if x == NEG else x",
            f"        dl[i] = {ct}(ST[sti + 1])")
     _zero(g, 1, "o", MI, OC)
-    g.emit(1, f"for c0 in range(0, lim, {BC}):")
-    g.load_tile(2, "c0", "S", BC, [("k", "kh", "H", KB), ("v", "kh", "HV", VB)])
+    kv = [("k", "kh", "H", KB), ("v", "kh", "HV", VB)]
+    g.stream(1, "0", "lim", "S", kv)
     g.emit(2, "cuda.syncthreads()")
+    g.prefetch(2, "lim", "S", kv)
     g.mm_rows_cols(2, "s", QB, BR, KB, BC, "H")
     g.mm_rows_cols(2, "p", GB, BR, VB, BC, "HV")
     g.emit(2, "cuda.syncthreads()")
     # dS = P * (dP - delta), P = exp(s q.k - lse) (masked: 0), stored transposed over V
-    g.emit(2, f"for i in range({MI}):", f"    row = row0 + ty + i * {TY}",
-           f"    for j in range({NJ}):", f"        col = c0 + tx + j * {TX}",
+    g.emit(2, f"for i in range({MI}):", f"    row = row0 + {g.row('i')}",
+           f"    for j in range({NJ}):", f"        col = c0 + {g.col('j')}",
            "        x = math.exp(s[i, j] * sc - lse[i])",
            "        if col >= S or (causal and col > row):", f"            x = {ct}(0)",
-           f"        sm[uint64({VB} + (tx + j * {TX}) * {BR + 1} + ty + i * {TY})] = "
+           f"        sm[uint64({VB} + ({g.col('j')}) * {BR + P} + {g.row('i')})] = "
            "x * (p[i, j] - dl[i])")
     g.emit(2, "cuda.syncthreads()")
     g.mm_scores_out(2, [("o", VB, KB, BC)], f"min({BC}, lim - c0)")
     g.emit(2, "cuda.syncthreads()")
-    g.emit(1, f"for i in range({MI}):", f"    t = row0 + ty + i * {TY}", "    if t < T:",
+    g.emit(1, f"for i in range({MI}):", f"    t = row0 + {g.row('i')}", "    if t < T:",
            "        ob = outo + ((b * T + t) * N + n) * H", f"        for k in range({OC}):",
            f"            d = tx + k * {TX}", "            if d < H:",
            f"                DQ[uint64(ob + d)] = {g.out}(o[i, k] * sc)")
 
 
 def _dkv(g):
-    D, BR, BC, MI, NJ, OC, TY, TX, ct = (g.D, g.BR, g.BC, g.MI, g.NJ, g.OC, g.TY, g.TX, g.ct)
-    KB, VB = 0, D * (BR + 1)
-    QB = 2 * D * (BR + 1)
-    GB = QB + D * (BC + 1)
-    PB = GB + D * (BC + 1)
-    DB = PB + BC * (BR + 1)
-    LB = DB + BC * (BR + 1)
+    D, BR, BC, MI, NJ, OC, TX, ct = (g.D, g.BR, g.BC, g.MI, g.NJ, g.OC, g.TX, g.ct)
+    P = g.P
+    KB, VB = 0, D * (BR + P)
+    QB = 2 * D * (BR + P)
+    GB = QB + D * (BC + P)
+    PB = GB + D * (BC + P)
+    DB = PB + BC * (BR + P)
+    LB = DB + BC * (BR + P)
     g.header(["q", "k", "v", "g"], ", ST, sto", "DKV")
     for name, shape in (("s", (MI, NJ)), ("p", (MI, NJ)), ("dk", (MI, OC)), ("dv", (MI, OC))):
         g.local(name, *shape)
@@ -306,29 +388,30 @@ def _dkv(g):
     _zero(g, 1, "dk", MI, OC)
     _zero(g, 1, "dv", MI, OC)
     g.emit(1, "for gi in range(G):", "    n = kh * G + gi")
-    g.emit(2, f"for c0 in range(start, T, {BC}):")
-    g.load_tile(3, "c0", "T", BC, [("q", "n", "H", QB), ("g", "n", "HV", GB)])
+    qg = [("q", "n", "H", QB), ("g", "n", "HV", GB)]
+    g.stream(2, "start", "T", "T", qg)
     g.emit(3, f"for j in range(tid, {BC}, {g.NT}):", "    t = c0 + j",
-           f"    lse_ = POS", f"    dl_ = {ct}(0)", "    if t < T:",
+           "    lse_ = POS", f"    dl_ = {ct}(0)", "    if t < T:",
            "        sti = sto + ((b * N + n) * T + t) * 2",
            f"        x = {ct}(ST[sti])", "        lse_ = POS if x == NEG else x",
            f"        dl_ = {ct}(ST[sti + 1])",
            f"    sm[{LB} + j] = lse_", f"    sm[{LB + BC} + j] = dl_")
     g.emit(3, "cuda.syncthreads()")
+    g.prefetch(3, "T", "T", qg)
     g.mm_rows_cols(3, "s", KB, BR, QB, BC, "H")
     g.mm_rows_cols(3, "p", VB, BR, GB, BC, "HV")
     # P^T and dS^T tiles ([query][key]); masked (query before key) entries 0
-    g.emit(3, f"for j in range({NJ}):", f"    cj = tx + j * {TX}", f"    lse_ = sm[{LB} + cj]",
+    g.emit(3, f"for j in range({NJ}):", f"    cj = {g.col('j')}", f"    lse_ = sm[{LB} + cj]",
            f"    dl_ = sm[{LB + BC} + cj]", "    col = c0 + cj",
-           f"    for i in range({MI}):", f"        r = ty + i * {TY}",
+           f"    for i in range({MI}):", f"        r = {g.row('i')}",
            "        x = math.exp(s[i, j] * sc - lse_)",
            "        if causal and col < row0 + r:", f"            x = {ct}(0)",
-           f"        sm[uint64({PB} + cj * {BR + 1} + r)] = x",
-           f"        sm[uint64({DB} + cj * {BR + 1} + r)] = x * (p[i, j] - dl_)")
+           f"        sm[uint64({PB} + cj * {BR + P} + r)] = x",
+           f"        sm[uint64({DB} + cj * {BR + P} + r)] = x * (p[i, j] - dl_)")
     g.emit(3, "cuda.syncthreads()")
     g.mm_scores_out(3, [("dv", PB, GB, BC), ("dk", DB, QB, BC)], f"min({BC}, T - c0)")
     g.emit(3, "cuda.syncthreads()")
-    g.emit(1, f"for i in range({MI}):", f"    s_ = row0 + ty + i * {TY}", "    if s_ < S:",
+    g.emit(1, f"for i in range({MI}):", f"    s_ = row0 + {g.row('i')}", "    if s_ < S:",
            "        ob = outo + ((b * S + s_) * KH + kh) * (H + HV)",
            f"        for k in range({OC}):", f"            d = tx + k * {TX}",
            "            if d < H:",
