@@ -93,6 +93,7 @@ class _Config:
 
     def __init__(self):
         self._values = dict(_DEFAULTS)
+        self.version = 0    # counts updates: jit's per-call path compares it, not the values
 
     def update(self, name: str, value: Any) -> None:
         """Set a switch, e.g. `funcgrad.config.update("debug_nans", True)` (JAX's names such
@@ -105,6 +106,7 @@ class _Config:
         if check is not None:
             value = check(value)
         self._values[name] = value
+        self.version += 1
         for hook in _hooks.get(name, ()):
             hook(value)
 

@@ -278,7 +278,9 @@ def jit(fun: Callable, static_argnums=(), static_argnames=(), donate_argnums=())
     def lower(*args, **kwargs) -> Lowered:
         return _cached(args, kwargs)[0]
 
-    last = [None]   # (tree, avals, device, Lowered) of the last call with only Arrays
+    # the last call with only Arrays: (tree, avals, device, Lowered, trace context, leaf getter,
+    # config.version then, or -1 while debug_nans is on)
+    last = [None]
 
     def _fast(args, kwargs):
         """(Lowered, flat arguments, results): the last call's Lowered when the arguments are
@@ -288,17 +290,20 @@ def jit(fun: Callable, static_argnums=(), static_argnames=(), donate_argnums=())
         hit = last[0]
         if hit is None:
             return None, tree_flatten((args, kwargs)), None
-        tree0, avals, device, low, ctx, get = hit
+        tree0, avals, device, low, ctx, get, version = hit
         leaves = None if get is None else get((args, kwargs))
         if leaves is None:
             leaves, tree = flat = tree_flatten((args, kwargs))
             if tree != tree0 or len(leaves) != len(avals):
                 return None, flat, None
         flat = leaves, tree0
-        if ctx != config.trace_context():
-            return None, flat, None
+        if version != config.version:   # a switch was set since: compare what tracing reads
+            if ctx != config.trace_context():
+                return None, flat, None
+            if not config.debug_nans:
+                last[0] = hit[:6] + (config.version,)
         rp = low._replay
-        if rp is not None and not config.debug_nans:
+        if rp is not None and version == config.version:   # (then debug_nans is off)
             outs = rp(leaves)
             if outs is not None:
                 return low, flat, outs
@@ -334,7 +339,8 @@ def jit(fun: Callable, static_argnums=(), static_argnames=(), donate_argnums=())
             low, vals, tree = _cached(args, kwargs, flat)
             if fastable and all(type(v) is Array and v.device == low.device for v in vals):
                 last[0] = (tree, tuple(v.aval for v in vals), low.device, low,
-                           config.trace_context(), _leaf_getter(tree))
+                           config.trace_context(), _leaf_getter(tree),
+                           -1 if config.debug_nans else config.version)
         closed = low.closed
         if any(isinstance(v, Tracer) for v in vals) or core.current_builder() is not None:
             outs = eval_expr(low.traced[0], vals, low.traced[1])
@@ -396,7 +402,7 @@ def _static_positions(fun, static, static_names):
 
 @functools.lru_cache(maxsize=64)
 def _leaf_getter(tree):
-    return tree_fast.leaf_getter(tree, Array)
+    return tree_fast.leaf_getter(tree, None)   # _fast checks the leaves itself
 
 
 def _leaf_arg(tree, i):

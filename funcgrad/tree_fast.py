@@ -56,7 +56,8 @@ class _Writer:
 def _get_lines(w: _Writer, node, v: str, leaves: dict) -> bool:
     """Checks and reads of `node` held in variable v; False for an unsupported node."""
     if type(node) is _Slot:
-        w.lines.append(f"if type({v}) is not L: return None")
+        if w.names["L"] is not None:
+            w.lines.append(f"if type({v}) is not L: return None")
         leaves[node.i] = v
         return True
     if node is None:
@@ -78,17 +79,20 @@ def _get_lines(w: _Writer, node, v: str, leaves: dict) -> bool:
         u = w.var()
         w.lines.append(f"{u} = {expr}")
         if type(c) is _Slot:
-            w.lines.append(f"if type({u}) is not L: return None")
+            if w.names["L"] is not None:
+                w.lines.append(f"if type({u}) is not L: return None")
             leaves[c.i] = u
         elif not _get_lines(w, c, u, leaves):
             return False
     return True
 
 
-def leaf_getter(treedef, leaf_type: type) -> Callable | None:
+def leaf_getter(treedef, leaf_type: type | None) -> Callable | None:
     """`get(obj)`: obj's leaves (a list, in flatten order) when obj has exactly treedef's
     structure with leaves of exactly `leaf_type` (not a subclass), else None; None when the
-    structure has nodes this module does not write.
+    structure has nodes this module does not write. With leaf_type None the leaves are not
+    checked: a caller that checks every leaf itself (jit: Arrays only) saves the time, and
+    anything, containers included, may come back at a leaf's place.
 
     Example:
         >>> from funcgrad.tree_util import tree_flatten

@@ -208,6 +208,22 @@ def test_other_calls_take_the_full_path():
     _close(v5, f(p4, s4, xd, yd)[2])
 
 
+def test_a_config_switch_set_between_calls_is_seen(hits):
+    """jit's per-call path compares config.version: a switch tracing reads retraces."""
+    step, p0, s0, x, y = _setup()
+    f, _, p, s, xd, yd = _graphed(step, p0, s0, x, y)
+    for _ in range(5):
+        p, s, _v = f(p, s, xd, yd)
+    served = hits[0]
+    assert served >= 2
+    try:
+        funcgrad.config.update("default_matmul_precision", "tensorfloat32")
+        p, s, _v = f(p, s, xd, yd)
+        assert f.stats()["traces"] == 2 and hits[0] == served
+    finally:
+        funcgrad.config.update("default_matmul_precision", None)
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") == "1" or not funcgrad.cuda.usable(),
                     reason="real CUDA graphs: a GPU")

@@ -70,6 +70,8 @@ def test_edge_structures():
     assert get({"b": [3, None], "x": 4}) is None            # another key
     assert get(OrderedDict(b=[3, None], w=4)) is None       # another dict type
     assert get([1]) is None
+    unchecked = tree_fast.leaf_getter(spec, None)     # leaves left to the caller to check
+    assert unchecked({"b": [[3], None], "w": 4.5}) == [[3], 4.5]
     assert get({"b": [[3], None], "w": 4}) is None          # a container at a leaf
     assert get({"b": [3.0, None], "w": 4}) is None          # another leaf type
     assert tree_fast.builder(tree_flatten(())[1])([]) == ()

@@ -29,8 +29,9 @@ _refs = sys.getrefcount
 
 class Memo:
     """What the next calls of one GraphSet are expected to be, per output set t (0, 1)."""
-    __slots__ = ("ad", "base", "entry", "fed_bufs", "fed_get", "fed_ids", "feed", "free_pos",
-                 "key", "last", "n", "nxt", "objs", "out_bufs", "outs")
+    __slots__ = ("ad", "all_bufs", "all_ids", "base", "entry", "fed_bufs", "fed_get",
+                 "fed_ids", "feed", "free_get", "free_pos", "key", "last", "n", "nxt", "objs",
+                 "out_bufs", "outs", "seen", "seen_bufs", "seen_ids")
 
     def __init__(self, n, feed, free_pos):
         self.n, self.feed, self.free_pos = n, feed, free_pos
@@ -42,7 +43,35 @@ class Memo:
             [*two], [*two]
         self.base, self.out_bufs, self.fed_ids, self.fed_bufs = [*two], [*two], [*two], \
             [*two]
+        # every argument's id and its buffer's, per output set: one comparison per call when
+        # the batch is the one seen last (`seen`: kept alive, so their ids stay theirs)
+        self.all_ids, self.all_bufs = [*two], [*two]
+        free = [i for i, _ in free_pos]
+        self.free_get = (lambda a: ()) if not free else (
+            itemgetter(*free) if len(free) > 1 else (lambda a, i=free[0]: (a[i],)))
+        self.seen = self.seen_ids = self.seen_bufs = None
         self.last = self.nxt = 0
+
+    def see(self, args):
+        """The other arguments of a call that passed their checks: the next call with the very
+        same ones needs none."""
+        got = self.free_get(args)
+        self.seen = (got, tuple(map(_buf, got)))
+        self.seen_ids, self.seen_bufs = list(map(id, got)), list(map(id, self.seen[1]))
+        self._compose(0)
+        self._compose(1)
+
+    def _compose(self, u):
+        self.all_ids[u] = self.all_bufs[u] = None
+        if self.fed_ids[u] is None or self.seen_ids is None:
+            return
+        ids, bufs = [0] * self.n, [0] * self.n
+        for (i, _), a, b in zip(self.free_pos, self.seen_ids, self.seen_bufs):
+            ids[i], bufs[i] = a, b
+        fed = [i for i, j in enumerate(self.feed) if j >= 0]
+        for i, a, b in zip(fed, self.fed_ids[u], self.fed_bufs[u]):
+            ids[i], bufs[i] = a, b
+        self.all_ids[u], self.all_bufs[u] = ids, bufs
 
     def store(self, t, outs, plan):
         """Keep set t's result Arrays `outs` (just made, held by nothing else yet) and what
@@ -61,16 +90,17 @@ class Memo:
         """The arguments a call writing set u reads from `outs` (the other set's results)."""
         if self.fed_get is None:
             self.fed_ids[u], self.fed_bufs[u] = [], []
-            return
-        fed = self.fed_get([outs[j] if j >= 0 else None for j in self.feed])
-        self.fed_ids[u] = list(map(id, fed))
-        self.fed_bufs[u] = list(map(id, map(_buf, fed)))
+        else:
+            fed = self.fed_get([outs[j] if j >= 0 else None for j in self.feed])
+            self.fed_ids[u] = list(map(id, fed))
+            self.fed_bufs[u] = list(map(id, map(_buf, fed)))
+        self._compose(u)
 
     def drop(self, t):
         """Forget set t's results and the expectations naming them."""
         u = 1 - t if self.fed_get is not None else 0
         self.outs[t] = self.objs[t] = self.ad[t] = self.out_bufs[t] = None
-        self.fed_ids[u] = self.fed_bufs[u] = None
+        self.fed_ids[u] = self.fed_bufs[u] = self.all_ids[u] = self.all_bufs[u] = None
 
     def free(self, t) -> bool:
         """Set t's results are held by the memo alone (no name, view, weak reference or
@@ -154,6 +184,25 @@ def _free_positions(plan, args, bufs, feed, entry):
     return tuple(free_pos)
 
 
+def _free_ok(gs, m, args) -> bool:
+    """The arguments not fed back (a new batch each step) pass the full path's checks and
+    read the graph's addresses (in place, or copied into staging)."""
+    plan, last, varies = gs.plan, gs.last, gs.varies
+    for i, aval in m.free_pos:
+        a = args[i]
+        if type(a) is not Array or a.device != "cuda" or a.aval != aval:
+            return False
+        b = a.buf
+        if type(b) is not DeviceBuffer or not b.is_contiguous():
+            return False
+        blk = b.block
+        if type(blk) is memplan.PlanBlock and blk.owner is plan:
+            return False
+        if not varies[i] and (blk.ptr(), b.offset) != last[i]:
+            return False     # moved: the full path copies it in from now on
+    return True
+
+
 def replay(gs, args) -> list | None:
     """The result Arrays of a call that matches gs's memo (None: take the full path)."""
     m = gs.memo
@@ -163,23 +212,16 @@ def replay(gs, args) -> list | None:
     ids, entry = m.fed_ids[t], m.entry[t]
     if ids is None or entry is None or entry.ab is not None:
         return None
-    if m.fed_get is not None:
-        fed = m.fed_get(args)
-        if list(map(id, fed)) != ids or list(map(id, map(_buf, fed))) != m.fed_bufs[t]:
+    plan = gs.plan
+    # the very objects expected (results fed back, the batch seen last) and their buffers
+    if list(map(id, args)) != m.all_ids[t] or list(map(id, map(_buf, args))) != m.all_bufs[t]:
+        if m.fed_get is not None:
+            fed = m.fed_get(args)
+            if list(map(id, fed)) != ids or list(map(id, map(_buf, fed))) != m.fed_bufs[t]:
+                return None
+        if not _free_ok(gs, m, args):
             return None
-    plan, last, varies = gs.plan, gs.last, gs.varies
-    for i, aval in m.free_pos:     # a new batch each step: checked as the full path would
-        a = args[i]
-        if type(a) is not Array or a.device != "cuda" or a.aval != aval:
-            return None
-        b = a.buf
-        if type(b) is not DeviceBuffer or not b.is_contiguous():
-            return None
-        blk = b.block
-        if type(blk) is memplan.PlanBlock and blk.owner is plan:
-            return None
-        if not varies[i] and (blk.ptr(), b.offset) != last[i]:
-            return None     # moved: the full path copies it in from now on
+        m.see(args)
     if gs.has_checks and gs.counts.any():
         gs.check()
     outs = m.outs[t]
