@@ -472,11 +472,17 @@ class ArrayBase:
 
 
 class DeletedBuffer:
-    """Stands in for the buffer of an Array that was donated (or deleted): any use raises."""
+    """Stands in for the buffer of an Array that was donated (or deleted): any use raises.
+
+    `made` counts them: an Array's buffer is replaced only by one of these (Array.delete,
+    jit's donation), so a count unchanged since some moment means no Array was deleted since.
+    """
     __slots__ = ("why",)
+    made = 0
 
     def __init__(self, why: str):
         self.why = why
+        DeletedBuffer.made += 1
 
     def __getattr__(self, name):
         self.raise_error()

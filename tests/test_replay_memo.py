@@ -183,6 +183,20 @@ def test_deleted_argument_raises():
         f(p, s, xd, yd)
 
 
+def test_a_deleted_result_is_not_returned_again(hits):
+    """A result deleted by the user and dropped: its output set gets fresh Arrays."""
+    step, p0, s0, x, y = _setup()
+    f, _, p, s, xd, yd = _graphed(step, p0, s0, x, y)
+    for _ in range(5):
+        p, s, v = f(p, s, xd, yd)
+    v.delete()
+    del v
+    for _ in range(4):
+        p, s, v = f(p, s, xd, yd)
+        assert not v.is_deleted() and np.isfinite(float(v))
+    assert hits[0] >= 7
+
+
 def test_other_calls_take_the_full_path():
     """An older result passed again, host arrays for the batch, a changed shape."""
     step, p0, s0, x, y = _setup()

@@ -19,7 +19,7 @@ import sys
 from operator import attrgetter, itemgetter
 from weakref import getweakrefcount
 
-from ..core import Array
+from ..core import Array, DeletedBuffer
 from . import memplan
 from .arrays import DeviceBuffer
 
@@ -31,7 +31,7 @@ class Memo:
     """What the next calls of one GraphSet are expected to be, per output set t (0, 1)."""
     __slots__ = ("ad", "all_bufs", "all_ids", "base", "entry", "fed_bufs", "fed_get",
                  "fed_ids", "feed", "free_get", "free_pos", "key", "last", "n", "nxt", "objs",
-                 "out_bufs", "outs", "seen", "seen_bufs", "seen_ids")
+                 "out_bufs", "outs", "seen", "seen_bufs", "seen_ids", "deaths")
 
     def __init__(self, n, feed, free_pos):
         self.n, self.feed, self.free_pos = n, feed, free_pos
@@ -51,6 +51,7 @@ class Memo:
             itemgetter(*free) if len(free) > 1 else (lambda a, i=free[0]: (a[i],)))
         self.seen = self.seen_ids = self.seen_bufs = None
         self.last = self.nxt = 0
+        self.deaths = -1   # DeletedBuffer.made when the buffers were last checked
 
     def see(self, args):
         """The other arguments of a call that passed their checks: the next call with the very
@@ -79,7 +80,7 @@ class Memo:
         arrs = [o for o in outs if _in_set(o, plan)]
         bufs = [a.buf for a in arrs]
         blocks = list({id(b.block): b.block for b in bufs}.values())
-        self.outs[t], self.ad[t] = outs, tuple(arrs + bufs)
+        self.outs[t], self.ad[t] = outs, tuple(arrs)
         self.objs[t] = tuple(arrs + bufs + blocks)
         self.out_bufs[t] = list(map(id, map(_buf, outs)))
         del arrs, bufs, blocks
@@ -102,10 +103,11 @@ class Memo:
         self.outs[t] = self.objs[t] = self.ad[t] = self.out_bufs[t] = None
         self.fed_ids[u] = self.fed_bufs[u] = self.all_ids[u] = self.all_bufs[u] = None
 
-    def free(self, t) -> bool:
+    def free(self, t, same_bufs: bool) -> bool:
         """Set t's results are held by the memo alone (no name, view, weak reference or
-        deletion since they were returned): they can be returned again."""
-        return (list(map(id, map(_buf, self.outs[t]))) == self.out_bufs[t]
+        deletion since they were returned): they can be returned again. same_bufs: no Array
+        was deleted since the memo last looked (DeletedBuffer.made unchanged)."""
+        return ((same_bufs or list(map(id, map(_buf, self.outs[t]))) == self.out_bufs[t])
                 and sum(map(_refs, self.objs[t])) == self.base[t]
                 and not any(map(getweakrefcount, self.ad[t])))
 
@@ -213,8 +215,12 @@ def replay(gs, args) -> list | None:
     if ids is None or entry is None or entry.ab is not None:
         return None
     plan = gs.plan
-    # the very objects expected (results fed back, the batch seen last) and their buffers
-    if list(map(id, args)) != m.all_ids[t] or list(map(id, map(_buf, args))) != m.all_bufs[t]:
+    # the very objects expected (results fed back, the batch seen last), with their buffers
+    # (checked again only when some Array was deleted since)
+    deaths = DeletedBuffer.made
+    same_bufs = deaths == m.deaths
+    if list(map(id, args)) != m.all_ids[t] or not (
+            same_bufs or list(map(id, map(_buf, args))) == m.all_bufs[t]):
         if m.fed_get is not None:
             fed = m.fed_get(args)
             if list(map(id, fed)) != ids or list(map(id, map(_buf, fed))) != m.fed_bufs[t]:
@@ -225,7 +231,7 @@ def replay(gs, args) -> list | None:
     if gs.has_checks and gs.counts.any():
         gs.check()
     outs = m.outs[t]
-    fresh = outs is None or not m.free(t)
+    fresh = outs is None or not m.free(t, same_bufs)
     if fresh:
         m.drop(t)
         outs = None
@@ -240,4 +246,5 @@ def replay(gs, args) -> list | None:
         outs = gs._results(entry, None, t)
         m.store(t, outs, plan)
     m.last, m.nxt = t, (1 - t if m.fed_get is not None else 0)
+    m.deaths = deaths
     return outs
