@@ -297,13 +297,15 @@ def jit(fun: Callable, static_argnums=(), static_argnames=(), donate_argnums=())
             if tree != tree0 or len(leaves) != len(avals):
                 return None, flat, None
         flat = leaves, tree0
-        if version != config.version:   # a switch was set since: compare what tracing reads
+        current = version == config.version   # no switch set since (debug_nans then off)
+        if not current:   # compare what tracing reads
             if ctx != config.trace_context():
                 return None, flat, None
-            if not config.debug_nans:
+            current = not config.debug_nans
+            if current:
                 last[0] = hit[:6] + (config.version,)
         rp = low._replay
-        if rp is not None and version == config.version:   # (then debug_nans is off)
+        if rp is not None and current:
             outs = rp(leaves)
             if outs is not None:
                 return low, flat, outs

@@ -129,7 +129,7 @@ class Plan:
     def replay(self, args: list) -> list | None:
         """The results of a call its graphs' loop memo predicted (replay.py), else None."""
         g = self.graphs
-        return None if g is None or g.memo is None else replay.replay(g, args)
+        return None if g is None else replay.replay(g, args)
 
     def _own_donated(self, bufs):
         """Results are written in place only into memory nothing else can see: a donated

@@ -27,17 +27,28 @@ _buf = attrgetter("buf")
 _refs = sys.getrefcount
 
 
+def _picker(positions):
+    """args -> the tuple of args at `positions` (itemgetter returns a bare item for one)."""
+    if len(positions) > 1:
+        return itemgetter(*positions)
+    return (lambda a, i=positions[0]: (a[i],)) if positions else (lambda a: ())
+
+
+def _owned(blk, plan) -> bool:
+    """blk is memory of one of plan's output sets."""
+    return type(blk) is memplan.PlanBlock and blk.owner is plan
+
+
 class Memo:
     """What the next calls of one GraphSet are expected to be, per output set t (0, 1)."""
-    __slots__ = ("ad", "all_bufs", "all_ids", "base", "entry", "fed_bufs", "fed_get",
-                 "fed_ids", "feed", "free_get", "free_pos", "key", "last", "n", "nxt", "objs",
-                 "out_bufs", "outs", "seen", "seen_bufs", "seen_ids", "deaths")
+    __slots__ = ("ad", "all_bufs", "all_ids", "base", "deaths", "entry", "fed_bufs", "fed_get",
+                 "fed_ids", "fed_pos", "feed", "free_get", "free_pos", "key", "last", "n",
+                 "nxt", "objs", "out_bufs", "outs", "seen", "seen_bufs", "seen_ids")
 
     def __init__(self, n, feed, free_pos):
         self.n, self.feed, self.free_pos = n, feed, free_pos
-        fed = [i for i, j in enumerate(feed) if j >= 0]
-        self.fed_get = None if not fed else (
-            itemgetter(*fed) if len(fed) > 1 else (lambda a, i=fed[0]: (a[i],)))
+        self.fed_pos = [i for i, j in enumerate(feed) if j >= 0]
+        self.fed_get = _picker(self.fed_pos) if self.fed_pos else None
         two = (None, None)
         self.entry, self.key, self.outs, self.objs, self.ad = [*two], [*two], [*two], \
             [*two], [*two]
@@ -46,9 +57,7 @@ class Memo:
         # every argument's id and its buffer's, per output set: one comparison per call when
         # the batch is the one seen last (`seen`: kept alive, so their ids stay theirs)
         self.all_ids, self.all_bufs = [*two], [*two]
-        free = [i for i, _ in free_pos]
-        self.free_get = (lambda a: ()) if not free else (
-            itemgetter(*free) if len(free) > 1 else (lambda a, i=free[0]: (a[i],)))
+        self.free_get = _picker([i for i, _ in free_pos])
         self.seen = self.seen_ids = self.seen_bufs = None
         self.last = self.nxt = 0
         self.deaths = -1   # DeletedBuffer.made when the buffers were last checked
@@ -69,8 +78,7 @@ class Memo:
         ids, bufs = [0] * self.n, [0] * self.n
         for (i, _), a, b in zip(self.free_pos, self.seen_ids, self.seen_bufs):
             ids[i], bufs[i] = a, b
-        fed = [i for i, j in enumerate(self.feed) if j >= 0]
-        for i, a, b in zip(fed, self.fed_ids[u], self.fed_bufs[u]):
+        for i, a, b in zip(self.fed_pos, self.fed_ids[u], self.fed_bufs[u]):
             ids[i], bufs[i] = a, b
         self.all_ids[u], self.all_bufs[u] = ids, bufs
 
@@ -114,8 +122,7 @@ class Memo:
 
 def _in_set(o, plan) -> bool:
     """o is a result in one of plan's output sets (not a constant, not an argument)."""
-    blk = o.buf.block
-    return type(blk) is memplan.PlanBlock and blk.owner is plan
+    return _owned(o.buf.block, plan)
 
 
 def feed_of(memo, args, plan) -> tuple | None:
@@ -180,7 +187,7 @@ def _free_positions(plan, args, bufs, feed, entry):
         if type(a) is not Array or a.buf is not b:
             return None
         if j < 0:
-            if type(b.block) is memplan.PlanBlock and b.block.owner is plan:
+            if _owned(b.block, plan):
                 return None   # an older result of this plan: the full path stages it
             free_pos.append((i, a.aval))
     return tuple(free_pos)
@@ -198,7 +205,7 @@ def _free_ok(gs, m, args) -> bool:
         if type(b) is not DeviceBuffer or not b.is_contiguous():
             return False
         blk = b.block
-        if type(blk) is memplan.PlanBlock and blk.owner is plan:
+        if _owned(blk, plan):
             return False
         if not varies[i] and (blk.ptr(), b.offset) != last[i]:
             return False     # moved: the full path copies it in from now on
@@ -234,7 +241,7 @@ def replay(gs, args) -> list | None:
     fresh = outs is None or not m.free(t, same_bufs)
     if fresh:
         m.drop(t)
-        outs = None
+        outs = None     # (not even this reference into set t: release_set moves held ones)
         plan.release_set(t, 0)
     if entry.staged:
         gs._stage(entry, lambda i: args[i].buf)
