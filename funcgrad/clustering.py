@@ -7,8 +7,7 @@ kernel per cluster (funcgrad.backends.cpu_kernels on the CPU). Imports no backen
 from __future__ import annotations
 
 from . import prims as P
-from .core import Var
-
+from .core import Lit, Var
 
 # equations per cluster: one kernel's compile time grows faster than its size (an optimizer
 # update of every 384-wide parameter of a GPT was one 617-equation kernel that took ~20 s to
@@ -41,11 +40,14 @@ def is_view_bcast(e, members) -> bool:
         isinstance(e.inputs[0], Var) and e.inputs[0] in members)
 
 
-def plan_steps(expr, can_join=fusible, rematerialize=False):
+def plan_steps(expr, can_join=fusible, rematerialize=False, pack=False):
     """Order the expression into steps: ("eqn", eqn) for equations of their own and
     ("fused", Cluster) for elementwise clusters, respecting dependencies. `can_join(e)` says
     which equations may join a cluster (a backend may keep some out); `rematerialize` lets a
-    later cluster recompute cheap values of an earlier one instead of reading them.
+    later cluster recompute cheap values of an earlier one instead of reading them. Without
+    `pack` a cluster is closed at MAX_EQNS equations; with it clusters grow without that cap
+    and one larger than MAX_EQNS is cut into its independent parts (`split`), identical parts
+    packed together: an optimizer's per-leaf updates become a few kernels of one source.
 
     Example:
         >>> steps = plan_steps(expr)   # e.g. [("eqn", dot), ("fused", fused[add+max][4, 8])]
@@ -57,7 +59,7 @@ def plan_steps(expr, can_join=fusible, rematerialize=False):
     def flush(c):
         if open_by_shape.get(c.shape) is c:
             del open_by_shape[c.shape]
-            steps.append(("fused", c))
+            steps.extend(("fused", p) for p in (split(c) if pack else [c]))
 
     def flush_inputs(e, keep=None):
         for x in e.inputs:
@@ -69,7 +71,7 @@ def plan_steps(expr, can_join=fusible, rematerialize=False):
         if can_join(e) and e.out.aval.size > 0:
             shape = e.out.aval.shape
             c = open_by_shape.get(shape)
-            if c is not None and len(c.eqns) >= MAX_EQNS:
+            if c is not None and not pack and len(c.eqns) >= MAX_EQNS:
                 flush(c)
                 c = None
             if c is None:
@@ -100,6 +102,136 @@ def plan_steps(expr, can_join=fusible, rematerialize=False):
             # members only read through a broadcast need not be computed here
             s.eqns = _prune(s)
     return [(k, s) for k, s in steps if k == "eqn" or s.outputs]
+
+
+def split(c: Cluster) -> list[Cluster]:
+    """Cluster c as clusters of at most MAX_EQNS equations (c itself when that small).
+
+    A *part* is a set of members no other member reads (and that read no other member) but
+    through broadcasts of outside operands and iotas, which are copied into every part that
+    reads them: with no member of another part to wait for, the parts of c may run in any
+    order, all where c would have. Parts of equal structure (`_part_key`: AdamW's update of
+    every 384-wide parameter of a GPT) are packed MAX_EQNS // size at a time, component after
+    component, so that every full pack has the same kernel source, compiled once (fusion.py's
+    kernels take the shape as an argument); the rest are packed in program order, and a part
+    longer than MAX_EQNS is cut in program order (a later piece reads the earlier's values)."""
+    if len(c.eqns) <= MAX_EQNS:
+        return [c]
+    eqns = c.eqns
+    pos = {e.out: i for i, e in enumerate(eqns)}
+    leaf = [e.prim is P.iota_p or is_view_bcast(e, c.members) for e in eqns]
+    root = list(range(len(eqns)))
+
+    def find(i):
+        while root[i] != i:
+            root[i] = i = root[root[i]]
+        return i
+
+    reads = []   # member indices each equation reads
+    for i, e in enumerate(eqns):
+        reads.append([pos[x] for x in e.inputs if isinstance(x, Var) and x in pos])
+        if not leaf[i]:
+            for j in reads[i]:
+                if not leaf[j]:
+                    root[find(j)] = find(i)
+    parts: dict[int, list[int]] = {}
+    for i in range(len(eqns)):
+        if not leaf[i]:
+            parts.setdefault(find(i), []).append(i)
+    used = {j for i in range(len(eqns)) if not leaf[i] for j in reads[i]}
+    parts_list = [_with_leaves(p, leaf, reads) for p in parts.values()]
+    parts_list += [[i] for i in range(len(eqns)) if leaf[i] and i not in used]
+    parts_list.sort(key=lambda p: min((i for i in p if not leaf[i]), default=p[0]))
+    groups: dict[tuple, list] = {}
+    for p in parts_list:
+        groups.setdefault(_part_key(eqns, p), []).append(p)
+    packs, rest = [], []
+    for ps in groups.values():
+        k, taken = 0, set()   # parts per pack: as many as fit (a shared broadcast counts once)
+        while k < len(ps) and len(taken | set(ps[k])) <= MAX_EQNS:
+            taken |= set(ps[k])
+            k += 1
+        full = len(ps) // k * k if k else 0   # (k = 0: a part over the cap, cut below)
+        packs += [[i for p in ps[j:j + k] for i in p] for j in range(0, full, k or 1)]
+        rest += ps[full:]
+    rest.sort(key=lambda p: min((i for i in p if not leaf[i]), default=p[0]))
+    cur: list[int] = []
+    for p in rest:
+        if len(p) > MAX_EQNS:
+            packs += _cut(p, leaf, reads)
+        elif len(set(cur) | set(p)) > MAX_EQNS:
+            packs.append(cur)
+            cur = list(p)
+        else:
+            cur += p
+    if cur:
+        packs.append(cur)
+    packs.sort(key=lambda q: min((i for i in q if not leaf[i]), default=q[0]))
+    out, owned = [], set()
+    for q in packs:
+        d = Cluster(c.shape)
+        for i in q:
+            e = eqns[i]
+            if e.out in d.members:   # a broadcast two parts of this pack share
+                continue
+            d.eqns.append(e)
+            d.members.add(e.out)
+            if i in owned:   # a copy: the first pack with it writes it when others need it
+                d.recomputed.add(e.out)
+            owned.add(i)
+        out.append(d)
+    return out
+
+
+def _with_leaves(part, leaf, reads) -> list[int]:
+    """A part's equations with each broadcast or iota it reads placed just before its first
+    reader (the same order in every part, wherever the shared broadcasts were made)."""
+    out, seen = [], set()
+    for i in part:
+        for j in reads[i]:
+            if leaf[j] and j not in seen:
+                seen.add(j)
+                out.append(j)
+        out.append(i)
+    return out
+
+
+def _part_key(eqns, part) -> tuple:
+    """A part's structure: equal keys give equal kernel source (operands named by first use)."""
+    local: dict = {}
+    outside: dict = {}
+    key = []
+    for i in part:
+        e = eqns[i]
+        ins = []
+        for x in e.inputs:
+            if isinstance(x, Lit):
+                ins.append(("l", repr(x.val.item()), x.val.dtype.str))
+            elif x in local:
+                ins.append(("m", local[x]))
+            else:
+                ins.append(("x", outside.setdefault(x, len(outside)), x.aval.shape,
+                            x.aval.dtype.str))
+        local[e.out] = len(local)
+        key.append((e.prim.name, repr(sorted(e.params.items())), e.out.aval.dtype.str,
+                    tuple(ins)))
+    return tuple(key)
+
+
+def _cut(part, leaf, reads) -> list[list[int]]:
+    """A part longer than MAX_EQNS cut in program order into pieces of at most MAX_EQNS, each
+    with the broadcasts and iotas it reads."""
+    pieces, cur = [], []
+    for i in part:
+        if leaf[i]:
+            continue
+        new = [j for j in reads[i] if leaf[j] and j not in cur] + [i]
+        if cur and len(cur) + len(new) > MAX_EQNS:
+            pieces.append(cur)
+            new = [j for j in reads[i] if leaf[j]] + [i]
+            cur = []
+        cur += new
+    return pieces + [cur] if cur else pieces
 
 
 MAX_CONE = 16   # elementwise equations a cluster may recompute instead of reading a value

@@ -12,6 +12,7 @@ follows.
 from __future__ import annotations
 
 import math
+import weakref
 
 import numpy as np
 
@@ -319,6 +320,10 @@ def from_host(a: np.ndarray) -> DeviceBuffer:
     """Copy a numpy array to the device (a broadcast array uploads only its core)."""
     a = np.asarray(a)
     if a.size and any(st == 0 and n > 1 for st, n in zip(a.strides, a.shape)):
+        if all(st == 0 or n == 1 for st, n in zip(a.strides, a.shape)) and not any(
+                a.reshape(-1)[:1].tobytes()):   # zeros: the cached zero constant
+            c = const(0, a.dtype)
+            return c.view(a.shape, (0,) * a.ndim, c.offset)
         core = from_host(a[tuple(slice(0, 1) if st == 0 else slice(None)
                                  for st in a.strides)].copy(order="C"))
         return core.view(a.shape, [0 if st == 0 else cs for st, cs in
@@ -352,6 +357,7 @@ def to_host(buf: DeviceBuffer) -> np.ndarray:
 
 
 _consts: dict = {}
+_zero_blocks: weakref.WeakSet = weakref.WeakSet()   # blocks of cached constants of zero bytes
 
 
 def const(value, dtype) -> DeviceBuffer:
@@ -362,8 +368,35 @@ def const(value, dtype) -> DeviceBuffer:
     if b is None:
         if len(_consts) >= 4096:
             _consts.clear()
+            _zero_blocks.clear()   # (only blocks the cache holds stay unwritten: see zero_const)
         b = _consts[key] = from_host(a)
+        if not any(key[1]):
+            _zero_blocks.add(b.block)
     return b
+
+
+def zero_const(buf: DeviceBuffer) -> bool:
+    """Whether every element of `buf` reads one cached constant whose bytes are all zero (the
+    broadcast views zeros() and zeros_like() make). A block the constant cache holds is never
+    written: a plan writes a donated argument in place only when nothing else holds its block."""
+    return (buf.offset == 0 and buf.block in _zero_blocks
+            and all(st == 0 or n == 1 for st, n in zip(buf.strides, buf.shape)))
+
+
+def zeros(shape, dtype) -> DeviceBuffer:
+    """A new C-contiguous buffer of zeros, written by the driver (cuMemsetD8Async on the legacy
+    stream, where eager work runs), not by a kernel."""
+    if runtime.SIM:
+        return from_host(np.zeros(shape, dtype))
+    buf = pool().empty(shape, dtype)
+    if buf.size:
+        from cuda.bindings import driver as cb
+        (err,) = cb.cuMemsetD8Async(buf.block.ptr(), 0, buf.size * buf.dtype.itemsize,
+                                    cb.CUstream(0))
+        if int(err) != 0:
+            raise RuntimeError(f"cuMemsetD8Async of {buf.size * buf.dtype.itemsize} bytes "
+                               f"failed: {err}")
+    return buf
 
 
 class using_pool:

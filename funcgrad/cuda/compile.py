@@ -15,7 +15,8 @@ starts it, so its start-up (numba's import, a warm-up compile; no CUDA context: 
 the compute capability the parent passes) overlaps the rest of the dry run; later plans reuse
 it. It forks one warm child per kernel group, longest expected first, as many at once as there
 are idle CPUs (`slots`), up to FUNCGRAD_COMPILE_WORKERS (default: CPU count, at most 16; 0 or 1
-compiles in-process). Before it, every plan started up to 16 worker processes, each importing
+compiles in-process); this process loads each group from the disk cache as soon as the server
+answers for it (`_Loader`), while the others still compile. Before it, every plan started up to 16 worker processes, each importing
 numba and creating a CUDA context: on an H200 host they were ready 1.7-3.7 s after their spawn
 (contexts queue), and a test suite's 16 processes started 16 workers per plan each.
 """
@@ -54,10 +55,11 @@ def _locate(disp):
     return fn.__module__, path, fn.__qualname__
 
 
-def dry_run(plan, bufs, pool=None, start_server=False) -> dict:
+def dry_run(plan, bufs, pool=None, start_server=False, disps=None) -> dict:
     """{(module, path, attr): set of argument-type tuples} of the launches plan makes
     (allocations go to `pool`: a memplan.Recorder records the step's memory plan); with
-    `start_server`, the first kernel that needs compiling starts the compile server."""
+    `start_server`, the first kernel that needs compiling starts the compile server; `disps`
+    (a dict) gets the dispatcher of each (module, path, attr)."""
     if runtime.SIM:   # the simulator's kernels: launches do nothing (nothing to compile)
         from numba.cuda.simulator.kernel import FakeCUDAKernel as CUDADispatcher
 
@@ -87,6 +89,8 @@ def dry_run(plan, bufs, pool=None, start_server=False) -> dict:
         if start_server and not seen:
             _start_server()   # its start-up overlaps the rest of the dry run
         seen.setdefault(where, set()).add(types)
+        if disps is not None:
+            disps[where] = self
 
     CUDADispatcher.call = record
     try:
@@ -183,9 +187,9 @@ class _Server:
             self.ready_at, self.startup = time.perf_counter(), msg
         return self.ready_at is not None and self.alive()
 
-    def compile(self, groups, slots) -> tuple[list, list]:
+    def compile(self, groups, slots, on_done=None) -> tuple[list, list]:
         """Compile `groups` (longest first) with at most `slots` at once: the answers of the
-        groups compiled, and error messages."""
+        groups compiled, and error messages; on_done(answer) runs as each group is compiled."""
         import pickle
         import struct
         data = pickle.dumps({"slots": slots, "groups": groups})
@@ -203,6 +207,8 @@ class _Server:
                 errors.append(self.error)
                 break
             (errors if "error" in msg else done).append(msg)
+            if on_done is not None and "error" not in msg:
+                on_done(msg)
         return done, errors
 
     def close(self, kill: bool = False) -> None:
@@ -294,6 +300,33 @@ def slots(n: int) -> int:
     return max(1, min(n, cpus + 1 - running))
 
 
+class _Loader:
+    """Loads each group's kernels from the disk cache into this process as the server answers
+    that it compiled them, so that the loading overlaps the compiles still running instead of
+    following the last one (on an H200 host the first load, which sets up numba's typing in
+    this process, took ~0.8 s; later ones milliseconds)."""
+
+    def __init__(self, groups: dict):
+        self.groups = groups   # "module.attr" -> (dispatcher or None, signatures)
+        self.spent = 0.0
+        self.after_last = 0.0  # the seconds spent loading the last group answered
+        self.left = len(groups)
+
+    def __call__(self, answer) -> None:
+        disp, sigs = self.groups.get(answer.get("name"), (None, ()))
+        t = time.perf_counter()
+        for types in sigs if disp is not None else ():
+            try:
+                disp.compile(types)
+            except Exception:  # noqa: BLE001 - the planned run compiles it itself
+                break
+        self.left -= 1
+        dt = time.perf_counter() - t
+        self.spent += dt
+        if self.left == 0:
+            self.after_last = dt
+
+
 def prewarm(plan, bufs, rec=None) -> dict:
     """Dry-run plan's first call (recording its memory into `rec` when given) and compile its
     kernels in parallel; returns what it did."""
@@ -301,10 +334,12 @@ def prewarm(plan, bufs, rec=None) -> dict:
     t0, w0 = time.perf_counter(), time.time()
     if rec is None and (runtime.SIM or n <= 1):
         return {}
+    disps: dict = {}
     try:
-        seen = dry_run(plan, bufs, rec, start_server=not runtime.SIM and n > 1)
+        seen = dry_run(plan, bufs, rec, start_server=not runtime.SIM and n > 1, disps=disps)
     except Exception as e:  # noqa: BLE001 - the real run compiles lazily instead
         return {"error": repr(e)}
+    dry = time.perf_counter() - t0
     if runtime.SIM or n <= 1:
         return {"recorded": True}
     groups = [(m, p, a, sorted(s, key=str)) for (m, p, a), s in seen.items()]
@@ -326,18 +361,21 @@ def prewarm(plan, bufs, rec=None) -> dict:
         groups.sort(key=lambda g: -_cost(g))   # longest first; a free slot takes the next
         sys.stderr.write(f"\rfuncgrad: compiling {count} CUDA kernels in {k} processes")
         sys.stderr.flush()
-        done, errors = server.compile(groups, k)
+        loader = _Loader({f"{m}.{a}": (disps.get((m, p, a)), sigs) for m, p, a, sigs in groups})
+        done, errors = server.compile(groups, k, loader)
     wall = time.perf_counter() - t0
     spent = sum(d["s"] for d in done)
     sys.stderr.write(f"\rfuncgrad: compiled {count} CUDA kernels in {wall:.1f} s "
                      f"({spent:.1f} s of compile time in {k} processes)\n")
-    return {"kernels": count, "wall_s": wall, "compile_s": spent, "errors": errors,
+    return {"kernels": count, "wall_s": wall, "dry_run_s": dry, "compile_s": spent,
+            "errors": errors,
             "recorded": rec is not None, "slots": k,
             "server_spawn_s": server.spawned - t0, "server_ready_s": server.ready_at - t0,
             "server_startup": server.startup,
             "first_compile_start_s": min((d["start"] - w0 for d in done), default=None),
             "last_compile_end_s": max((d["end"] - w0 for d in done), default=None),
             "nvvm_s": sum(d["nvvm"] for d in done), "link_s": sum(d["link"] for d in done),
+            "load_s": loader.spent, "loaded_after_last_s": loader.after_last,
             "slowest": [(d["s"], d["name"]) for d in
                         sorted(done, key=lambda d: -d["s"])[:8]],
             "timeline": sorted((round(d["start"] - w0, 2), round(d["end"] - w0, 2),

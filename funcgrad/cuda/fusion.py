@@ -48,6 +48,7 @@ class FusedKernel:
         self.layout = layout  # var -> "flat" | "strided" | "scalar"
         self.idx32 = idx32    # fewer than 2^31 elements: coordinates by 32-bit division
         self.per_thread = 1     # elements a thread takes per loop iteration (set by _generate)
+        self.coords = False     # whether the kernel takes the shape (set by _generate)
         self.source = self._generate()
 
     def _generate(self):
@@ -56,6 +57,7 @@ class FusedKernel:
         pname = {v: f"in{k}" for k, v in enumerate(self.inputs)}
         need_coords = any(self.layout[v] == "strided" for v in self.inputs) or any(
             e.prim is P.iota_p for e in c.eqns)
+        self.coords = need_coords
         helpers = set()
 
         def body(ix, tp):
@@ -109,7 +111,9 @@ class FusedKernel:
             return [f"out{j}[out{j}_o + {ix}] = {nbt(o.aval.dtype)}({names[o]})"
                     for j, o in enumerate(c.outputs)]
 
-        sig = ["n"] + [f"s{d}" for d in range(rank)]
+        # the shape only where coordinates are computed: flat kernels of equal structure share
+        # one source whatever the rank (an optimizer's updates of vectors and matrices)
+        sig = ["n"] + [f"s{d}" for d in range(rank) if need_coords]
         for v in self.inputs:
             p = pname[v]
             sig += [p, f"{p}_o"]
@@ -152,7 +156,7 @@ class FusedKernel:
     def args(self, bufs: list, outs: list) -> list:
         """Kernel arguments for operand buffers (aligned with self.inputs) and outputs."""
         c = self.cluster
-        a = [int(np.prod(c.shape))] + list(c.shape)
+        a = [int(np.prod(c.shape))] + (list(c.shape) if self.coords else [])
         for v, b in zip(self.inputs, bufs):
             a += [b.arr(), b.offset]
             if self.layout[v] == "strided":
@@ -165,8 +169,9 @@ class FusedKernel:
 
 
 def plan_steps(expr):
-    """The clustering of funcgrad/clustering.py, with rematerialization (GPU clusters)."""
-    return _plan_steps(expr, rematerialize=True)
+    """The clustering of funcgrad/clustering.py, with rematerialization, clusters over
+    MAX_EQNS split into packs of identical parts (fewer kernel sources to compile)."""
+    return _plan_steps(expr, rematerialize=True, pack=True)
 
 
 def layout_of(v, buf, shape) -> str:
