@@ -1,15 +1,20 @@
 """Exact-float32 (SIMT) flash-attention kernels at W2's shapes, one tile configuration at a time.
 
-For each kernel W2 runs (fwdl, delta, dq, dkv) and each configuration given (the defaults of
+For each kernel W2 runs (fwdl, delta, dq, dkv; bwd: the merged backward with its dQ-partials
+sum, which replaces dq + dkv) and each configuration given (the defaults of
 attention_src.GPU_CONFIGS first, then candidates): seconds of the first call (compiling and
 loading the kernel, on a cold cache), registers and local memory per thread, GPU time per call
 (CUPTI, 20 calls), TFLOP/s on the causal work, and the largest difference from the first
-configuration's result. One JSON line per figure.
+configuration's result. --compare times dq + dkv against bwd (default configurations) over
+shape classes (causal or not, long rows, head dims 32-128, grouped-query heads, few blocks).
+One JSON line per figure.
 
-Usage: python benchmarks/bench_attention_simt.py [B N T H]
+Usage: python benchmarks/bench_attention_simt.py [B N T H] [--modes fwdl,delta,dq,dkv,bwd]
+       [--candidates MODES (the modes whose candidates run; default all)] [--compare]
 """
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import time
@@ -37,6 +42,8 @@ CANDIDATES = {
             (32, 32, 16, 8, 1, 8), (32, 32, 8, 16, 0, 8), (32, 32, 8, 16, 1, 8),
             (32, 32, 16, 16, 0, 8), (16, 32, 8, 8, 0, 8), (16, 32, 4, 16, 0, 8),
             (32, 32, 4, 8, 1, 8), (32, 32, 16, 8, 0, 8, 1), (32, 32, 16, 16, 0, 8, 1)],
+    "bwd": [(32, 32, 8, 8, 1, 8), (32, 32, 16, 8, 0, 8), (32, 32, 8, 16, 1, 8),
+            (32, 32, 16, 16, 1, 8), (32, 32, 16, 8, 1, 8, 1), (32, 32, 16, 8, 1, 4)],
 }
 
 
@@ -46,7 +53,20 @@ def _one(per_signature):
         else per_signature
 
 
-def sweep(q, k, v, w, fwd_flop, modes):
+def _gpu_split(call, reps):
+    """GPU ms per call of each kernel (CUPTI through torch's profiler), largest first."""
+    from numba import cuda
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            call()
+        cuda.synchronize()
+    got = [(getattr(e, "self_device_time_total", None) or e.self_cuda_time_total) / reps / 1e3
+           for e in prof.key_averages()]
+    return sorted((round(x, 4) for x in got if x), reverse=True)
+
+
+def sweep(q, k, v, w, fwd_flop, modes, candidates=None):
     from numba import cuda
 
     from funcgrad.attention_lse import _fwdl_impl
@@ -69,13 +89,16 @@ def sweep(q, k, v, w, fwd_flop, modes):
         "dq": (lambda: CA.dq(qb, kb, vb, gb, sb, scale, True, ShapedArray(q.shape, q.dtype)),
                3),
         "dkv": (lambda: CA.dkv(qb, kb, vb, gb, sb, scale, True,
-                               ShapedArray((b, t, n, 2 * h), q.dtype)), 4)}
+                               ShapedArray((b, t, n, 2 * h), q.dtype)), 4),
+        "bwd": (lambda: CA.bwd(qb, kb, vb, gb, sb, scale, True,
+                               ShapedArray((3 * q.size,), q.dtype)), 5)}
     default = {m: list(c) for m, c in AS.GPU_CONFIGS.items()}
     d = CA._pad_dim(h, h)
     for mode in modes:
         call, units = calls[mode]
         first = None
-        for cfg in [default[mode][0]] + CANDIDATES.get(mode, []):
+        more = candidates is None or mode in candidates
+        for cfg in [default[mode][0]] + (CANDIDATES.get(mode, []) if more else []):
             if AS.config_words(mode, d, cfg) * 4 > AS.SMEM_WORDS_BYTES:
                 emit(what="skipped", kernel=mode, config=cfg, why="shared memory")
                 continue
@@ -98,19 +121,78 @@ def sweep(q, k, v, w, fwd_flop, modes):
                  regs=None if runtime.SIM else _one(kern.get_regs_per_thread()),
                  local_bytes=None if runtime.SIM else _one(kern.get_local_mem_per_thread()),
                  tflops=units * fwd_flop / 2 / ms / 1e9 if ms and units else None,
-                 max_diff_vs_first=float(np.abs(got - first).max()))
+                 max_diff_vs_first=float(np.abs(got - first).max()),
+                 per_kernel_ms=_gpu_split(call, 20) if mode == "bwd" else None)
         AS.GPU_CONFIGS[mode] = default[mode]
 
 
-def main(b=16, n=6, t=256, h=64):
+# (B, N, K, T, S, H, causal): W2, then other classes
+SHAPES = [(16, 6, 6, 256, 256, 64, True), (16, 6, 6, 256, 256, 64, False),
+          (4, 6, 6, 1024, 1024, 64, True), (64, 6, 6, 64, 64, 64, True),
+          (16, 3, 3, 256, 256, 128, True), (16, 12, 12, 256, 256, 32, True),
+          (16, 8, 2, 256, 256, 64, True), (1, 2, 2, 128, 128, 64, True),
+          (2, 4, 4, 2048, 2048, 64, True)]
+
+
+def compare(shapes=SHAPES):
+    """GPU us of dq + dkv against the merged bwd (+ its dQ sum) per shape class, the merged
+    kernel's partials (MiB) and the largest difference between the two results."""
+    for shape in shapes:
+        _compare_one(*shape)
+
+
+def _compare_one(b, n, kh, t, s, h, causal):
+    from funcgrad.core import ShapedArray
+    from funcgrad.cuda import attention as CA
+    from funcgrad.cuda.arrays import from_host, to_host
+    rng = np.random.default_rng(0)
+    q, w = (rng.standard_normal((b, t, n, h)).astype(np.float32) for _ in range(2))
+    k, v = (rng.standard_normal((b, s, kh, h)).astype(np.float32) for _ in range(2))
+    scale = 1 / np.sqrt(h)
+    st = _stats(q, k, v, w, scale, causal)
+    qb, kb, vb, gb, sb = (from_host(x) for x in (q, k, v, w, st))
+    ops = (qb, kb, vb, gb, sb, scale, causal)
+    calls = {"dq": lambda: CA.dq(*ops, ShapedArray(q.shape, q.dtype)),
+             "dkv": lambda: CA.dkv(*ops, ShapedArray((b, s, kh, 2 * h), q.dtype)),
+             "bwd": lambda: CA.bwd(*ops, ShapedArray((q.size + b * s * kh * 2 * h,), q.dtype))}
+    got = {m: to_host(c()) for m, c in calls.items()}
+    two = np.concatenate([got["dq"].ravel(), got["dkv"].ravel()])
+    us = {m: round(_gpu_ms(c, 20) * 1e3, 1) for m, c in calls.items()}
+    cfg = CA._simt_config("bwd", qb, h, h)[1]
+    rows = CA.partial_rows(t, s, cfg[0], cfg[1], causal)[1]
+    emit(what="compare", shape=[b, n, kh, t, s, h], causal=causal, dq_us=us["dq"],
+         dkv_us=us["dkv"], two_kernels_us=round(us["dq"] + us["dkv"], 1),
+         merged_us=us["bwd"], merged_split_ms=_gpu_split(calls["bwd"], 20),
+         partials_MiB=round(b * rows * n * h * 4 / 2**20, 2),
+         max_diff=float(np.abs(got["bwd"] - two).max()))
+
+
+def _stats(q, k, v, w, scale, causal):
+    from funcgrad.attention_lse import _fwdl_impl
+    from funcgrad.attention_prim import _stats_impl
+    flat = _fwdl_impl(q, k, v, scale=scale, causal=causal)
+    return _stats_impl(q, k, flat[:q.size].reshape(q.shape), w, scale=scale, causal=causal)
+
+
+def main(b=16, n=6, t=256, h=64, modes=("fwdl", "delta", "dq", "dkv", "bwd"),
+         candidates=None, shapes=False):
     rng = np.random.default_rng(0)
     q, k, v, w = (rng.standard_normal((b, t, n, h)).astype(np.float32) for _ in range(4))
     fwd_flop = 4 * b * n * t * t * h / 2          # two GEMMs, causal half
     emit(what="shape", b=b, n=n, t=t, h=h, causal=True, dtype="float32")
     x = funcgrad.device_put(np.ones(4, np.float32), "cuda")   # context and compiler warm
     np.asarray(x + 1)
-    sweep(q, k, v, w, fwd_flop, ("fwdl", "delta", "dq", "dkv"))
+    sweep(q, k, v, w, fwd_flop, modes, candidates)
+    if shapes:
+        compare()
 
 
 if __name__ == "__main__":
-    main(*(int(a) for a in sys.argv[1:5]))
+    ap = argparse.ArgumentParser()
+    ap.add_argument("dims", nargs="*", type=int, help="B N T H")
+    ap.add_argument("--modes", default="fwdl,delta,dq,dkv,bwd")
+    ap.add_argument("--candidates", default=None)
+    ap.add_argument("--compare", action="store_true")
+    a = ap.parse_args()
+    main(*a.dims, modes=a.modes.split(","), shapes=a.compare,
+         candidates=None if a.candidates is None else a.candidates.split(","))

@@ -8,7 +8,8 @@ _core.register_backend(
     available=lambda: __import__("funcgrad.cuda", fromlist=["x"]).is_available())
 
 from . import debug, dlpack, io, lax, nn, numpy, optim, random, tree_util  # noqa: F401
-from . import attention_lse, attention_pattern, fused_bwd, patterns  # noqa: F401,E402  (rules)
+from . import attention_bwd, attention_lse, attention_pattern  # noqa: F401,E402  (rules)
+from . import fused_bwd, patterns  # noqa: F401,E402  (rules)
 from .ad import grad, jvp, linearize, stop_gradient, value_and_grad, vjp  # noqa: F401
 from .api import default_backend, device_get, device_put, devices, make_jaxpr  # noqa: F401
 from .batching import vmap  # noqa: F401

@@ -55,25 +55,37 @@ def _ref_fwdl(q, k, v, *, scale, causal, precision=None):
     return fnp.concatenate([fnp.reshape(o, (-1,)), fnp.reshape(lse, (-1,))])
 
 
-def _fwdl_batch(args, dims, *, scale, causal, precision=None):
-    # the mapped axis merges into the batch axis; the flat result is re-split per mapped row
-    size = P._batch_size(args, dims)
-    args = [P._bcast_batched(a, d, size) for a, d in zip(args, dims)]
-    q, k, v = [P.reshape(a, (size * a.shape[1],) + tuple(a.shape[2:])) for a in args]
-    flat = bind(attention_fwdl_p, q, k, v, **A._params(scale, causal, precision))
-    o_aval = A.attention_p.shape(q.aval, k.aval, v.aval, scale=scale, causal=causal)
-    n_o = o_aval.size
-    o = P.reshape(_piece(flat, 0, n_o), (size, n_o // size))
-    lse = P.reshape(_piece(flat, n_o, flat.shape[0]), (size, (flat.shape[0] - n_o) // size))
-    return bind(P.concatenate_p, o, lse, dimension=1), 0
+def flat_batch(prim_ref, pieces):
+    """vmap rule of a primitive whose flat result is pieces each leading with the batch axis:
+    the mapped axis merges into the batch axis and each piece is re-split per mapped row.
+    pieces(avals, params) -> the pieces' sizes for the merged operands' avals."""
+    def rule(args, dims, **params):
+        size = P._batch_size(args, dims)
+        args = [P._bcast_batched(a, d, size) for a, d in zip(args, dims)]
+        args = [P.reshape(a, (size * a.shape[1],) + tuple(a.shape[2:])) for a in args]
+        flat = bind(prim_ref[0], *args, **params)
+        parts, lo = [], 0
+        for n in pieces([a.aval for a in args], params):
+            parts.append(P.reshape(_piece(flat, lo, lo + n), (size, n // size)))
+            lo += n
+        return bind(P.concatenate_p, *parts, dimension=1), 0
+    return rule
+
+
+def _fwdl_pieces(avals, params):
+    q, k, v = avals
+    n_o = A.attention_p.shape(q, k, v, **params).size
+    return n_o, q.shape[0] * q.shape[2] * q.shape[1]
 
 
 def _piece(x, lo, hi):
     return bind(P.slice_p, x, start_indices=(lo,), limit_indices=(hi,), strides=(1,))
 
 
+_fwdl_self: list = []
 attention_fwdl_p = defprim("attention_fwdl", _fwdl_shape, _fwdl_impl, A._ref_vjp(_ref_fwdl),
-                           A._ref_jvp(_ref_fwdl), batch=_fwdl_batch)
+                           A._ref_jvp(_ref_fwdl), batch=flat_batch(_fwdl_self, _fwdl_pieces))
+_fwdl_self.append(attention_fwdl_p)
 
 # ---------------------------------------------------------------------------------------------
 # attention_delta(o, do, lse) -> stats

@@ -591,7 +591,8 @@ def _make_attention(kind):
 
 
 for _name, _diff in [("attention", (0, 1, 2)), ("attention_stats", (0, 1, 2, 3)),
-                     ("attention_dq", (0, 1, 2, 3, 4)), ("attention_dkv", (0, 1, 2, 3, 4))]:
+                     ("attention_dq", (0, 1, 2, 3, 4)), ("attention_dkv", (0, 1, 2, 3, 4)),
+                     ("attention_bwd", (0, 1, 2, 3, 4))]:
     SPECS[_name] = PrimSpec(_name, _make_attention(_name), diff_argnums=_diff, min_ndim=3,
                             supports_shape=lambda s: len(s) == 3,
                             domain="q [b, t, 2, h], k [b, t + 1, 1, h], v [b, t + 1, 1, "

@@ -141,6 +141,26 @@ def _names(f, *args):
     return [e.prim.name for e in funcgrad.jit(f).lower(*args).expr.eqns]
 
 
+def test_jitted_backward_merges_dq_and_dkv():
+    # grads of q, k and v under jit: one attention_bwd for the pair; one gradient wanted, or
+    # TF32 precision: the separate kernels stay
+    q, k, v = _qkv(np.random.default_rng(12), 2, 6, 5, 4, 2, 3, 2)
+    w = np.random.default_rng(13).standard_normal((2, 6, 4, 2))
+
+    def loss(q, k, v, precision=None):
+        return fnp.sum(A.attention(q, k, v, causal=True, precision=precision) * w)
+    f = funcgrad.grad(loss, argnums=(0, 1, 2))
+    names = _names(f, q, k, v)
+    assert names.count("attention_bwd") == 1 and "attention_dq" not in names, names
+    for g, h in zip(funcgrad.jit(f)(q, k, v), f(q, k, v)):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(h), rtol=1e-12, atol=1e-13)
+    names = _names(funcgrad.grad(loss), q, k, v)
+    assert "attention_dq" in names and "attention_bwd" not in names, names
+    names = _names(funcgrad.grad(lambda *a: loss(*a, "tensorfloat32"), argnums=(0, 1, 2)),
+                   q, k, v)
+    assert "attention_dkv" in names and "attention_bwd" not in names, names
+
+
 @pytest.mark.parametrize("case", CASES[:3], ids=str)
 def test_composed_pattern_is_rewritten_under_jit(case):
     *dims, causal = case

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import funcgrad
 import funcgrad.numpy as fnp
+from funcgrad import attention_bwd as AB
 from funcgrad import attention_lse as AL
 from funcgrad import attention_prim as A
 from funcgrad import nn
@@ -45,7 +46,8 @@ def test_kernels_match_numpy(case, dtype):
     for prim, args, want in [
             (A.attention_p, (qd, kd, vd), o), (A.attention_stats_p, (qd, kd, od, dod), st),
             (A.attention_dq_p, (qd, kd, vd, dod, std), A._dq_impl(q, k, v, do, st, **prm)),
-            (A.attention_dkv_p, (qd, kd, vd, dod, std), A._dkv_impl(q, k, v, do, st, **prm))]:
+            (A.attention_dkv_p, (qd, kd, vd, dod, std), A._dkv_impl(q, k, v, do, st, **prm)),
+            (AB.attention_bwd_p, (qd, kd, vd, dod, std), AB._bwd_impl(q, k, v, do, st, **prm))]:
         got = bind(prim, *args, **prm)
         assert got.device == "cuda" and got.dtype == want.dtype
         np.testing.assert_allclose(np.asarray(got), want, err_msg=prim.name, **tol)
@@ -75,7 +77,8 @@ def test_kernels_match_numpy_drawn_shapes(top, b, t, s, kh, g, hf, hvf, causal, 
     for prim, args, want in [
             (A.attention_p, (qd, kd, vd), o), (A.attention_stats_p, (qd, kd, od, dod), st_),
             (A.attention_dq_p, (qd, kd, vd, dod, std), A._dq_impl(q, k, v, do, st_, **prm)),
-            (A.attention_dkv_p, (qd, kd, vd, dod, std), A._dkv_impl(q, k, v, do, st_, **prm))]:
+            (A.attention_dkv_p, (qd, kd, vd, dod, std), A._dkv_impl(q, k, v, do, st_, **prm)),
+            (AB.attention_bwd_p, (qd, kd, vd, dod, std), AB._bwd_impl(q, k, v, do, st_, **prm))]:
         got = np.asarray(bind(prim, *args, **prm))
         np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-5, err_msg=prim.name)
 
@@ -114,10 +117,30 @@ def test_forced_configs_match_numpy(cfg, monkeypatch):
                 (A.attention_dq_p, (qd, kd, vd, dod, std), A._dq_impl(q, k, v, do, st_, **prm),
                  prm),
                 (A.attention_dkv_p, (qd, kd, vd, dod, std), A._dkv_impl(q, k, v, do, st_, **prm),
+                 prm),
+                (AB.attention_bwd_p, (qd, kd, vd, dod, std), AB._bwd_impl(q, k, v, do, st_, **prm),
                  prm)]:
             got = np.asarray(bind(prim, *args, **kw))
             np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-5,
                                        err_msg=f"{prim.name} {cfg}")
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_merged_backward_is_reproducible_and_matches_two_kernels(causal):
+    # dQ comes from per-key-tile partials summed in a fixed order: equal inputs, equal bits;
+    # the same values as the separate dq and dkv kernels. Several key and query tiles, GQA.
+    b, t, s, kh, g, h, hv = (1, 9, 7, 1, 2, 3, 2) if _sim() else (2, 150, 130, 2, 3, 64, 48)
+    _, q, k, v, do = operands(b, t, s, kh, g, h, hv)
+    prm = {"scale": 0.3, "causal": causal}
+    st_ = A._stats_impl(q, k, A._attn_impl(q, k, v, **prm), do, **prm)
+    args = _dev(q, k, v, do, st_)
+    first = np.asarray(bind(AB.attention_bwd_p, *args, **prm))
+    assert np.array_equal(first, np.asarray(bind(AB.attention_bwd_p, *args, **prm)))
+    two = np.concatenate([np.asarray(bind(p, *args, **prm)).ravel()
+                          for p in (A.attention_dq_p, A.attention_dkv_p)])
+    np.testing.assert_allclose(first, two, rtol=2e-4, atol=2e-5)
+    np.testing.assert_allclose(first, AB._bwd_impl(q, k, v, do, st_, **prm), rtol=2e-4,
+                               atol=2e-5)
 
 
 def test_jitted_grad_with_strided_heads_matches_cpu():

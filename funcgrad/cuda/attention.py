@@ -47,6 +47,13 @@ def _tc_config(mode, q, h, hv, precision):
     return None if cfg is None else (d, cfg)
 
 
+def _simt_config(mode, q, h, hv):
+    """(padded head dim, configuration) of the SIMT kernel for `mode`."""
+    ct_size = 4 if compute_t(q.dtype) == "float32" else q.dtype.itemsize
+    d = _pad_dim(h, hv)
+    return d, AS.pick_config(mode, d, ct_size, runtime.SIM)
+
+
 def _launch(mode, ops, extra, out, q, k, v_dim, scale, causal, st_dtype, precision=None):
     b, t, n, h = q.shape
     s, kh = k.shape[1], k.shape[2]
@@ -58,14 +65,12 @@ def _launch(mode, ops, extra, out, q, k, v_dim, scale, causal, st_dtype, precisi
                                                      runtime.jit_opts()))
         br, threads = 16 * w, 32 * w
     else:
-        ct_size = 4 if compute_t(q.dtype) == "float32" else q.dtype.itemsize
-        d = _pad_dim(h, v_dim)
-        cfg = AS.pick_config(mode, d, ct_size, runtime.SIM)
+        d, cfg = _simt_config(mode, q, h, v_dim)
         key = ("attention2", mode, q.dtype.name, np.dtype(st_dtype).name, d, cfg)
         kern = runtime.kernel(key, lambda: AS.source(mode, q.dtype, st_dtype, d, cfg,
                                                     runtime.SIM, runtime.jit_opts()))
         br, threads = cfg[0], cfg[2] * cfg[3]
-    rows, heads = (s, kh) if mode == "dkv" else (t, n)
+    rows, heads = (s, kh) if mode in ("dkv", "bwd") else (t, n)
     grid = (b * heads, -(-rows // br), 1)
     args = [a for x in ops for a in _args(x)]
     extra = [a for e in extra for a in (e.arr(), e.offset)]
@@ -102,8 +107,7 @@ def stats(q, k, o, do, scale, causal, aval):
                    aval.dtype)
 
 
-def dq(q, k, v, do, st, scale, causal, aval, precision=None):
-    out = pool().empty(aval.shape, aval.dtype)
+def _dq_into(out, q, k, v, do, st, scale, causal, precision=None):
     if out.size == 0:
         return out
     if k.shape[1] == 0:
@@ -112,14 +116,76 @@ def dq(q, k, v, do, st, scale, causal, aval, precision=None):
                    causal, st.dtype, precision)
 
 
-def dkv(q, k, v, do, st, scale, causal, aval, precision=None):
-    out = pool().empty(aval.shape, aval.dtype)
+def _dkv_into(out, q, k, v, do, st, scale, causal, precision=None):
     if out.size == 0:
         return out
     if q.shape[1] == 0 or q.shape[0] == 0:
         return fill(out, 0)
     return _launch("dkv", [q, k, v, do], [contiguous(st)], out, q, k, v.shape[3], scale,
                    causal, st.dtype, precision)
+
+
+def dq(q, k, v, do, st, scale, causal, aval, precision=None):
+    return _dq_into(pool().empty(aval.shape, aval.dtype), q, k, v, do, st, scale, causal,
+                    precision)
+
+
+def dkv(q, k, v, do, st, scale, causal, aval, precision=None):
+    return _dkv_into(pool().empty(aval.shape, aval.dtype), q, k, v, do, st, scale, causal,
+                     precision)
+
+
+def _c_view(out, shape, offset):
+    """The C-contiguous view of `shape` at element `offset` of out's block."""
+    strides, m = [], 1
+    for x in reversed(shape):
+        strides.append(m)
+        m *= x
+    return out.view(tuple(shape), tuple(reversed(strides)), offset)
+
+
+def partial_rows(t, s, br, bc, causal):
+    """(key tiles, rows of dQ partials over all of them): key tile j writes the query rows from
+    the first query tile it streams, ((j * br) // bc) * bc when causal, 0 otherwise."""
+    tiles = -(-s // br)
+    if not causal:
+        return tiles, tiles * t
+    return tiles, sum(max(0, t - (j * br // bc) * bc) for j in range(tiles))
+
+
+def bwd(q, k, v, do, st, scale, causal, aval, precision=None):
+    """attention_bwd: dq (C order) then dk | dv in one flat buffer.
+
+    The merged SIMT kernel (one block per key tile computes S, P, dP and dS once: dK and dV in
+    registers, its dQ partial dS K per query tile into a [key tile, B, rows, N, H] buffer) and
+    a kernel that sums the partials in key-tile order, so dq is bit-reproducible without
+    atomics; TF32 precision takes the tensor-core dq and dkv kernels instead.
+    """
+    out = pool().empty(aval.shape, aval.dtype)
+    b, t, n, h = q.shape
+    s, kh, hv = k.shape[1], k.shape[2], v.shape[3]
+    n_q = b * t * n * h
+    dqb = _c_view(out, (b, t, n, h), out.offset)
+    dkvb = _c_view(out, (b, s, kh, h + hv), out.offset + n_q)
+    d, cfg = _simt_config("bwd", q, h, hv)
+    if (n_q == 0 or dkvb.size == 0 or cfg[1] % cfg[2]
+            or _tc_config("dq", q, h, hv, precision) is not None):
+        _dq_into(dqb, q, k, v, do, st, scale, causal, precision)
+        _dkv_into(dkvb, q, k, v, do, st, scale, causal, precision)
+        return out
+    br, bc = cfg[0], cfg[1]
+    tiles, rows = partial_rows(t, s, br, bc, causal)
+    part = pool().empty((b * rows * n * h,), np.dtype(compute_t(q.dtype)))
+    _launch("bwd", [q, k, v, do], [contiguous(st), part], dkvb, q, k, hv, scale, causal,
+            st.dtype)
+    kern = runtime.kernel(("attention2", "dqsum", q.dtype.name, br, bc),
+                          lambda: AS.source("dqsum", q.dtype, st.dtype, d, cfg, runtime.SIM,
+                                            runtime.jit_opts()))
+    threads = 8 if runtime.SIM else min(256, -(-n * h // 32) * 32)
+    kern[(b * t, 1, 1), threads, runtime.stream()](part.arr(), part.offset, dqb.arr(),
+                                                    dqb.offset, t, n, h, tiles,
+                                                    int(bool(causal)), float(scale))
+    return out
 
 
 def fwdl(q, k, v, scale, causal, aval, precision=None):
@@ -157,6 +223,7 @@ def delta(o, do, lse, aval):
 
 
 def _lowerings():
+    from .. import attention_bwd as AB
     from .. import attention_lse as AL
     from .. import attention_prim as A
 
@@ -171,6 +238,7 @@ def _lowerings():
         A.attention_stats_p: lambda bufs, params, aval: stats(*bufs, *prm(params), aval),
         A.attention_dq_p: tc(dq),
         A.attention_dkv_p: tc(dkv),
+        AB.attention_bwd_p: tc(bwd),
         AL.attention_fwdl_p: tc(fwdl),
         AL.attention_delta_p: lambda bufs, params, aval: delta(*bufs, aval),
     }

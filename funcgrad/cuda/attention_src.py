@@ -36,6 +36,8 @@ GPU_CONFIGS = {   # the first of each: fastest at W2's shapes on an H200 (bench_
               (8, 8, 4, 4)],
     "dq": [(32, 32, 8, 16, 0, 8), (32, 32, 8, 8), (16, 16, 8, 8), (8, 8, 4, 4)],
     "dkv": [(32, 32, 16, 8, 1, 8), (32, 32, 8, 8), (16, 16, 8, 8), (8, 8, 4, 4)],
+    # the merged backward (dkv's work plus the dQ partials dS K); BC % TY == 0
+    "bwd": [(32, 32, 16, 8, 1, 8), (32, 32, 8, 8), (16, 16, 8, 8), (8, 8, 4, 4)],
 }
 GPU_CONFIGS["fwdl"] = GPU_CONFIGS["fwd"]       # the forward that also writes the logsumexp
 SIM_CONFIG = (4, 4, 2, 2)   # the simulator: 4 threads, 2 x 2 registers, every path on tiny shapes
@@ -53,7 +55,8 @@ def smem_words(mode, D, BR, BC, pad=1):
     return {"fwd": rows + max(cols, sc) + cols, "fwdl": rows + max(cols, sc) + cols,
             "stats": rows + max(cols, rows), "delta": 2 * rows,
             "dq": 2 * rows + cols + max(cols, sc),
-            "dkv": 2 * rows + 2 * cols + 2 * sc + 2 * BC}[mode]
+            "dkv": 2 * rows + 2 * cols + 2 * sc + 2 * BC,
+            "bwd": 2 * rows + 2 * cols + 2 * sc + 2 * BC}[mode]
 
 
 def config_words(mode, D, cfg):
@@ -370,7 +373,10 @@ def _dq(g):
            f"                DQ[uint64(ob + d)] = {g.out}(o[i, k] * sc)")
 
 
-def _dkv(g):
+def _dkv(g, merged=False):
+    """dK and dV of a key tile (queries streamed). merged (attention_bwd): also this tile's
+    dQ partial dS K per query tile into DQP, laid out [tile][B, rows, N, H] with rows T - rs,
+    rs the first streamed query row (dqsum adds the tiles up)."""
     D, BR, BC, MI, NJ, OC, TX, ct = (g.D, g.BR, g.BC, g.MI, g.NJ, g.OC, g.TX, g.ct)
     P = g.P
     KB, VB = 0, D * (BR + P)
@@ -379,11 +385,17 @@ def _dkv(g):
     PB = GB + D * (BC + P)
     DB = PB + BC * (BR + P)
     LB = DB + BC * (BR + P)
-    g.header(["q", "k", "v", "g"], ", ST, sto", "DKV")
-    for name, shape in (("s", (MI, NJ)), ("p", (MI, NJ)), ("dk", (MI, OC)), ("dv", (MI, OC))):
+    g.header(["q", "k", "v", "g"], ", ST, sto" + (", DQP, dqpo" if merged else ""), "DKV")
+    MQ = BC // g.TY   # merged: dQ rows (queries) per thread
+    regs = [("s", (MI, NJ)), ("p", (MI, NJ)), ("dk", (MI, OC)), ("dv", (MI, OC))]
+    for name, shape in regs + ([("dq", (MQ, OC)), ("aq", (MQ,))] if merged else []):
         g.local(name, *shape)
     g.emit(1, "KH = N // G", "bk = cuda.blockIdx.x", "b = bk // KH", "kh = bk - b * KH",
            f"row0 = cuda.blockIdx.y * {BR}", f"start = (row0 // {BC}) * {BC} if causal else 0")
+    if merged:   # the partial rows of the key tiles before this one, and of this one
+        g.emit(1, "pr = 0", "for j_ in range(cuda.blockIdx.y):",
+               f"    pr += max(0, T - ((j_ * {BR}) // {BC}) * {BC}) if causal else T",
+               "nq = max(0, T - start)", "dqb = dqpo + (cuda.gridDim.x // KH) * pr * N * H")
     g.load_tile(1, "row0", "S", BR, [("k", "kh", "H", KB), ("v", "kh", "HV", VB)])
     _zero(g, 1, "dk", MI, OC)
     _zero(g, 1, "dv", MI, OC)
@@ -410,6 +422,8 @@ def _dkv(g):
            f"        sm[uint64({DB} + cj * {BR + P} + r)] = x * (p[i, j] - dl_)")
     g.emit(3, "cuda.syncthreads()")
     g.mm_scores_out(3, [("dv", PB, GB, BC), ("dk", DB, QB, BC)], f"min({BC}, T - c0)")
+    if merged:
+        _dq_partial(g, 3, MQ, KB, DB)
     g.emit(3, "cuda.syncthreads()")
     g.emit(1, f"for i in range({MI}):", f"    s_ = row0 + {g.row('i')}", "    if s_ < S:",
            "        ob = outo + ((b * S + s_) * KH + kh) * (H + HV)",
@@ -419,11 +433,51 @@ def _dkv(g):
            "            if d < HV:", f"                DKV[uint64(ob + H + d)] = {g.out}(dv[i, k])")
 
 
+def _dq_partial(g, ind, MQ, KB, DB):
+    """dq[i, k] = sum_r dS[q(i), r] K[r, tx + TX k] over this tile's keys (dS^T read across
+    its rows), written unscaled to the tile's partial rows c0 + q(i) - start."""
+    BR, TX, OC, P = g.BR, g.TX, g.OC, g.P
+    qrow = (lambda i: f"ty * {MQ} + {i}") if g.vec else (lambda i: f"ty + {i} * {g.TY}")
+    ri = BR + P if g.vec else g.TY * (BR + P)
+    _zero(g, ind, "dq", MQ, OC)
+    g.emit(ind, f"pa = uint64({DB} + ({qrow(0)}) * {BR + P})",
+           f"pk = uint64({KB} + tx * {BR + P})",
+           f"for r in range(min({BR}, S - row0)):",
+           f"    for i in range({MQ}):", f"        aq[i] = sm[pa + uint64(i * {ri})]",
+           f"    for k in range({OC}):", f"        wv[k] = sm[pk + uint64(k * {TX * (BR + P)})]",
+           f"    for i in range({MQ}):", f"        for k in range({OC}):",
+           "            dq[i, k] += aq[i] * wv[k]",
+           "    pa += uint64(1)", "    pk += uint64(1)",
+           f"for i in range({MQ}):", f"    t = c0 + {qrow('i')}", "    if t < T:",
+           "        ob = dqb + ((b * nq + t - start) * N + n) * H",
+           f"        for k in range({OC}):", f"            d = tx + k * {TX}",
+           "            if d < H:", "                DQP[uint64(ob + d)] = dq[i, k]")
+
+
+def _dqsum(g):
+    """dq[b, t] = scale * (the partials of key tiles 0, 1, ... that reach row t, in order):
+    one block per (b, t) row, threads over its N * H values."""
+    BR, BC, ct = g.BR, g.BC, g.ct
+    g.emit(0, "", "@cuda.jit(OPTS)",
+           "def kernel(DQP, dqpo, DQ, outo, T, N, H, J, causal, scale_):")
+    g.emit(1, "bt = cuda.blockIdx.x", "b = bt // T", "t = bt - b * T", "B_ = cuda.gridDim.x // T",
+           "NH = N * H", f"sc = {ct}(scale_)",
+           "for i in range(cuda.threadIdx.x, NH, cuda.blockDim.x):", f"    acc = {ct}(0)",
+           "    pr = 0", "    for j in range(J):",
+           f"        rs = ((j * {BR}) // {BC}) * {BC} if causal else 0",
+           "        if rs > t:", "            break",
+           "        acc += DQP[uint64(dqpo + (B_ * pr + b * (T - rs) + t - rs) * NH + i)]",
+           "        pr += T - rs",
+           f"    DQ[uint64(outo + bt * NH + i)] = {g.out}(acc * sc)")
+
+
 def source(mode, dtype, st_dtype, D, cfg, sim, opts):
-    """Kernel source for `mode` ('fwd', 'fwdl', 'stats', 'delta', 'dq', 'dkv')."""
+    """Kernel source for `mode` ('fwd', 'fwdl', 'stats', 'delta', 'dq', 'dkv', 'bwd',
+    'dqsum': the merged backward and its dQ partials' sum, both of a 'bwd' configuration)."""
     g = _Gen(mode, dtype, st_dtype, D, cfg, sim)
     {"fwd": lambda: _fwd_like(g, False), "stats": lambda: _fwd_like(g, True),
      "fwdl": lambda: _fwd_like(g, False, lse_out=True),
      "delta": lambda: _fwd_like(g, True, lse_in=True),
-     "dq": lambda: _dq(g), "dkv": lambda: _dkv(g)}[mode]()
+     "dq": lambda: _dq(g), "dkv": lambda: _dkv(g), "bwd": lambda: _dkv(g, merged=True),
+     "dqsum": lambda: _dqsum(g)}[mode]()
     return "\n".join(g.L).replace("OPTS", opts) + "\n"
