@@ -291,9 +291,31 @@ def _rematerialize(steps):
             if len(new_in) >= len(vs):
                 continue
             dup = [e for e in c.eqns if e.out in members and e.out not in d.members]
-            d.eqns[:0] = dup
+            # the recomputed values go first; a broadcast they read may be d's own copy (split
+            # copies a broadcast into every part that reads it): producers before readers
+            d.eqns = _producers_first(dup + d.eqns)
             d.members.update(e.out for e in dup)
             d.recomputed.update(e.out for e in dup)   # written by c if needed elsewhere
+
+
+def _producers_first(eqns) -> list:
+    """`eqns` in their order but for equations moved before the first that reads them."""
+    by_out = {e.out: e for e in eqns}
+    out, done = [], set()
+
+    def visit(e):
+        if e.out in done:
+            return
+        done.add(e.out)
+        for x in e.inputs:
+            p = by_out.get(x) if isinstance(x, Var) else None
+            if p is not None:
+                visit(p)
+        out.append(e)
+
+    for e in eqns:
+        visit(e)
+    return out
 
 
 def _prune(c):
