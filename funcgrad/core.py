@@ -119,6 +119,13 @@ def _src_override():
 
 def user_frame_src() -> str:
     """file:line of the innermost stack frame outside the funcgrad package."""
+    return _fmt_src(user_frame())
+
+
+def user_frame():
+    """(file, line) of the innermost stack frame outside the funcgrad package, unformatted
+    (cheap: per-call paths keep it and format it only if a message needs it); a str when
+    a source_info override is active, None when no such frame exists."""
     override = _src_override()
     if override is not None:
         return override
@@ -126,9 +133,18 @@ def user_frame_src() -> str:
     while f is not None:
         fn = f.f_code.co_filename
         if not fn.startswith(_PKG_DIR) and "contextlib" not in fn:
-            return f"{os.path.relpath(fn) if not fn.startswith('<') else fn}:{f.f_lineno}"
+            return fn, f.f_lineno
         f = f.f_back
-    return "<unknown>"
+    return None
+
+
+def _fmt_src(where) -> str:
+    if where is None:
+        return "<unknown>"
+    if isinstance(where, str):
+        return where
+    fn, line = where
+    return f"{os.path.relpath(fn) if not fn.startswith('<') else fn}:{line}"
 
 
 def current_tag():
@@ -477,12 +493,20 @@ class DeletedBuffer:
     `made` counts them: an Array's buffer is replaced only by one of these (Array.delete,
     jit's donation), so a count unchanged since some moment means no Array was deleted since.
     """
-    __slots__ = ("why",)
+    __slots__ = ("_why",)
     made = 0
 
-    def __init__(self, why: str):
-        self.why = why
+    def __init__(self, why):
+        self._why = why     # a str, or (jit's name, user_frame()) of a donation
         DeletedBuffer.made += 1
+
+    @property
+    def why(self) -> str:
+        w = self._why
+        if isinstance(w, str):
+            return w
+        name, where = w
+        return f"it was donated to jit({name}) (donate_argnums) at {_fmt_src(where)}"
 
     def __getattr__(self, name):
         self.raise_error()

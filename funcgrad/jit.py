@@ -306,7 +306,7 @@ def jit(fun: Callable, static_argnums=(), static_argnames=(), donate_argnums=())
                 last[0] = hit[:6] + (config.version,)
         rp = low._replay
         if rp is not None and current:
-            outs = rp(leaves)
+            outs = rp(leaves, name)
             if outs is not None:
                 return low, flat, outs
         for x, a in zip(leaves, avals):
@@ -382,10 +382,10 @@ def jit(fun: Callable, static_argnums=(), static_argnames=(), donate_argnums=())
 
 def _delete_donated(low, vals, name):
     """donate_argnums: the donated Arrays are deleted (reading one raises, naming the call)."""
-    why = f"it was donated to jit({name}) (donate_argnums) at {core.user_frame_src()}"
+    gone = core.DeletedBuffer((name, core.user_frame()))   # one per call, formatted if read
     for i in low.donate:
         if type(vals[i]) is Array:
-            vals[i].buf = core.DeletedBuffer(why)
+            vals[i].buf = gone
 
 
 def _static_positions(fun, static, static_names):

@@ -35,7 +35,10 @@ class SimGraphSet(graphs.GraphSet):
 
     def __call__(self, bufs, args=None):
         self._bufs = bufs     # what a capture's run must read (the staging copies' sources)
-        return super().__call__(bufs, args)
+        try:
+            return super().__call__(bufs, args)
+        finally:
+            self._bufs = None   # not kept: a donated argument's block must have no other owner
 
     def _record(self, key, ins, s, policy):
         plan = self.plan
@@ -47,17 +50,22 @@ class SimGraphSet(graphs.GraphSet):
         donated = {i: ins[i] for i in plan.donate if key[1][i] is not None}
         full = len(donated) < len(plan.donate)
 
-        # a graph reads the addresses it was captured with: bind to the memory, not to the
-        # blocks (a block still held when its set is rewritten moves to new memory)
+        # a graph reads and writes the addresses it was captured with: bind to the memory,
+        # not to the blocks (a block still held when its set is rewritten moves to new memory)
         ins = [DeviceBuffer.make(memplan.PlanBlock(b.block.raw), b.shape, b.strides, b.offset,
                                  b.dtype, b._contiguous) for b in ins]
+        bound = {i: ins[i] for i in donated}
+        first = [donated]   # dropped after the capture: no view of an argument is kept
 
         def run():
+            # (the capture's results are written into the arguments' blocks: the templates
+            # name which argument each in-place result is)
             pool = memplan.ArenaPool(plan.layout, plan._arena(), plan.out_set(s, full), plan,
-                                     s, donated)
+                                     s, first.pop() if first else bound)
             with arrays.using_pool(pool):
                 return plan._run(ins), pool
 
+        del donated
         outs, pool = run()
         self.captures += 1
         e = graphs._Entry()

@@ -27,7 +27,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ..core import Array, source_info
-from . import arrays, blas, concurrent, graph_ab, memplan, replay, runtime
+from . import arrays, blas, concurrent, graph_ab, memplan, replay, replay_inplace, runtime
 from .arrays import DeviceBuffer
 
 MAX_GRAPHS = 6
@@ -96,7 +96,7 @@ class GraphSet:
         plan = self.plan
         s = plan.choose_set(bufs)
         feed = replay.feed_of(self.memo, args, plan)
-        kept = replay.carry(self.memo, feed, s)
+        kept = None if plan.donate else replay.carry(self.memo, feed, s)
         self.memo = None    # no reference into set s is left before release_set(s)
         last, varies = self.last, self.varies
         if len(last) != len(bufs):
@@ -133,7 +133,8 @@ class GraphSet:
             graph_ab.decide(self, ab)
         outs = self._results(entry, bufs, s)
         if feed is not None:
-            self.memo = replay.learn(self, args, bufs, feed, s, key, entry, outs, kept)
+            learn = replay_inplace.learn if plan.donate else replay.learn
+            self.memo = learn(self, args, bufs, feed, s, key, entry, outs, kept)
         return outs
 
     def _stage(self, entry, buf_of):
@@ -146,14 +147,16 @@ class GraphSet:
                 if err:
                     raise RuntimeError(f"staging copy of {n} bytes failed (CUresult {err})")
 
-    def _results(self, entry, bufs, s):
-        """The call's result Arrays, from templates made at capture (no per-call checks)."""
+    def _results(self, entry, bufs, s, which=None):
+        """The call's result Arrays, from templates made at capture (no per-call checks);
+        only results `which` (indices) when given."""
         plan = self.plan
         raws = plan.out_sets[s][1]
         blocks, outs = {}, []
         make, PlanBlock = DeviceBuffer.make, memplan.PlanBlock
         append = outs.append
-        for kind, a, shape, strides, offset, dtype, contig, aval in entry.templates:
+        tpl = entry.templates if which is None else [entry.templates[j] for j in which]
+        for kind, a, shape, strides, offset, dtype, contig, aval in tpl:
             if kind == 0:     # a result slot of set s
                 blk = blocks.get(a)
                 if blk is None:

@@ -22,7 +22,7 @@ import weakref
 import numpy as np
 
 from ..core import Array, Lit, Var, source_info
-from . import arrays, concurrent, fusion, memplan, replay, runtime
+from . import arrays, concurrent, fusion, memplan, runtime
 from .lowering import lower
 
 # FUNCGRAD_PROFILE=1: plans run step by step with a synchronize around each step (no graphs) and
@@ -87,6 +87,8 @@ class Plan:
         if g is not None:   # the steady state: replay a graph (kept short: it is per call)
             bufs = [a.buf for a in args]
             if self.layout.alias:
+                if g.memo is not None:
+                    g.memo.unhold()
                 self._own_donated(bufs)
             if all(b.is_contiguous() for b in bufs):
                 if g.has_checks and g.counts.any():
@@ -126,10 +128,13 @@ class Plan:
             self.static_ok, self.static_error = False, str(e)
             return self._wrap(self._run(bufs))
 
-    def replay(self, args: list) -> list | None:
-        """The results of a call its graphs' loop memo predicted (replay.py), else None."""
+    def replay(self, args: list, name: str = "") -> list | None:
+        """The results of a call its graphs' loop memo predicted (replay.py, replay_inplace.py
+        when arguments are donated: `name` names the jitted function in their deletion
+        message), else None."""
         g = self.graphs
-        return None if g is None else replay.replay(g, args)
+        m = None if g is None else g.memo
+        return None if m is None else m.replay(g, args, name)
 
     def _own_donated(self, bufs):
         """Results are written in place only into memory nothing else can see: a donated

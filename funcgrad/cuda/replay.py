@@ -11,7 +11,8 @@ released as usual (held results are moved out) and fresh Arrays are made. Any ot
 the full way (graphs.GraphSet.__call__), which drops the memo's references into the set it
 writes and learns the memo again.
 
-Plans that donate arguments, or whose results alias an argument, keep the full path.
+Plans whose results alias an argument keep the full path; plans that donate arguments have a
+memo of their own (replay_inplace.py).
 """
 from __future__ import annotations
 
@@ -42,11 +43,13 @@ def _owned(blk, plan) -> bool:
 class Memo:
     """What the next calls of one GraphSet are expected to be, per output set t (0, 1)."""
     __slots__ = ("ad", "all_bufs", "all_ids", "base", "deaths", "entry", "fed_bufs", "fed_get",
-                 "fed_ids", "fed_pos", "feed", "free_get", "free_pos", "key", "last", "n",
+                 "fed_ids", "fed_pos", "feed", "free_get", "free_pos", "inplace", "key",
+                 "last", "n",
                  "nxt", "objs", "out_bufs", "outs", "seen", "seen_bufs", "seen_ids")
 
     def __init__(self, n, feed, free_pos):
         self.n, self.feed, self.free_pos = n, feed, free_pos
+        self.inplace = frozenset()   # no result written into an argument (replay_inplace's)
         self.fed_pos = [i for i, j in enumerate(feed) if j >= 0]
         self.fed_get = _picker(self.fed_pos) if self.fed_pos else None
         two = (None, None)
@@ -61,6 +64,12 @@ class Memo:
         self.seen = self.seen_ids = self.seen_bufs = None
         self.last = self.nxt = 0
         self.deaths = -1   # DeletedBuffer.made when the buffers were last checked
+
+    def replay(self, gs, args, name=None):
+        return replay(gs, args)
+
+    def unhold(self):
+        """(Nothing to let go of before a full call: plans that donate have InPlaceMemo.)"""
 
     def see(self, args):
         """The other arguments of a call that passed their checks: the next call with the very
@@ -121,8 +130,10 @@ class Memo:
 
 
 def _in_set(o, plan) -> bool:
-    """o is a result in one of plan's output sets (not a constant, not an argument)."""
-    return _owned(o.buf.block, plan)
+    """o is a result in one of plan's output sets (not a constant, not an argument, not
+    deleted)."""
+    b = o.buf
+    return type(b) is not DeletedBuffer and _owned(b.block, plan)
 
 
 def feed_of(memo, args, plan) -> tuple | None:
@@ -132,7 +143,8 @@ def feed_of(memo, args, plan) -> tuple | None:
     if memo is None or memo.outs[memo.last] is None:
         return tuple(-1 for _ in args)
     outs = memo.outs[memo.last]
-    pos = {id(o): j for j, o in enumerate(outs) if _in_set(o, plan)}
+    inplace = memo.inplace   # results written into an argument (donated plans)
+    pos = {id(o): j for j, o in enumerate(outs) if j in inplace or _in_set(o, plan)}
     feed = tuple(pos.get(id(a), -1) for a in args)
     return feed if all(j < 0 or outs[j] is a for a, j in zip(args, feed)) else None
 
