@@ -128,8 +128,9 @@ def test_forced_configs_match_numpy(cfg, monkeypatch):
 @pytest.mark.parametrize("causal", [True, False])
 def test_merged_backward_is_reproducible_and_matches_two_kernels(causal):
     # dQ comes from per-key-tile partials summed in a fixed order: equal inputs, equal bits;
-    # the same values as the separate dq and dkv kernels. Several key and query tiles, GQA.
-    b, t, s, kh, g, h, hv = (1, 9, 7, 1, 2, 3, 2) if _sim() else (2, 150, 130, 2, 3, 64, 48)
+    # the same values as the separate dq and dkv kernels. Several key and query tiles, GQA,
+    # rows of N * H longer than the sum kernel's threads (several values per thread, a loop)
+    b, t, s, kh, g, h, hv = (1, 9, 7, 2, 3, 6, 2) if _sim() else (2, 150, 130, 2, 3, 64, 48)
     _, q, k, v, do = operands(b, t, s, kh, g, h, hv)
     prm = {"scale": 0.3, "causal": causal}
     st_ = A._stats_impl(q, k, A._attn_impl(q, k, v, **prm), do, **prm)

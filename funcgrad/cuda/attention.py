@@ -178,10 +178,10 @@ def bwd(q, k, v, do, st, scale, causal, aval, precision=None):
     part = pool().empty((b * rows * n * h,), np.dtype(compute_t(q.dtype)))
     _launch("bwd", [q, k, v, do], [contiguous(st), part], dkvb, q, k, hv, scale, causal,
             st.dtype)
-    kern = runtime.kernel(("attention2", "dqsum", q.dtype.name, br, bc),
+    threads, e = AS.dqsum_shape(n * h, runtime.SIM)
+    kern = runtime.kernel(("attention2", "dqsum", q.dtype.name, br, bc, threads, e),
                           lambda: AS.source("dqsum", q.dtype, st.dtype, d, cfg, runtime.SIM,
-                                            runtime.jit_opts()))
-    threads = 8 if runtime.SIM else min(256, -(-n * h // 32) * 32)
+                                            runtime.jit_opts(), n * h))
     kern[(b * t, 1, 1), threads, runtime.stream()](part.arr(), part.offset, dqb.arr(),
                                                     dqb.offset, t, n, h, tiles,
                                                     int(bool(causal)), float(scale))

@@ -37,7 +37,7 @@ GPU_CONFIGS = {   # the first of each: fastest at W2's shapes on an H200 (bench_
     "dq": [(32, 32, 8, 16, 0, 8), (32, 32, 8, 8), (16, 16, 8, 8), (8, 8, 4, 4)],
     "dkv": [(32, 32, 16, 8, 1, 8), (32, 32, 8, 8), (16, 16, 8, 8), (8, 8, 4, 4)],
     # the merged backward (dkv's work plus the dQ partials dS K); BC % TY == 0
-    "bwd": [(32, 32, 16, 8, 1, 8), (32, 32, 8, 8), (16, 16, 8, 8), (8, 8, 4, 4)],
+    "bwd": [(32, 32, 8, 16, 1, 8), (32, 32, 8, 8), (16, 16, 8, 8), (8, 8, 4, 4)],
 }
 GPU_CONFIGS["fwdl"] = GPU_CONFIGS["fwd"]       # the forward that also writes the logsumexp
 SIM_CONFIG = (4, 4, 2, 2)   # the simulator: 4 threads, 2 x 2 registers, every path on tiny shapes
@@ -454,30 +454,49 @@ def _dq_partial(g, ind, MQ, KB, DB):
            "            if d < H:", "                DQP[uint64(ob + d)] = dq[i, k]")
 
 
-def _dqsum(g):
+def dqsum_shape(nh, sim):
+    """(threads, elements per thread E) of the dQ-partials sum over rows of nh values."""
+    nt = 8 if sim else 128
+    return nt, max(1, min(4, -(-nh // nt)))
+
+
+def _dqsum(g, NT, E, U=8):
     """dq[b, t] = scale * (the partials of key tiles 0, 1, ... that reach row t, in order):
-    one block per (b, t) row, threads over its N * H values."""
+    one block of NT threads per (b, t) row, a thread's E values NT apart. The loads of U tiles
+    x E values are issued before their adds (a load-add chain keeps one load in flight per
+    thread: 1.2 TB/s on an H200)."""
     BR, BC, ct = g.BR, g.BC, g.ct
     g.emit(0, "", "@cuda.jit(OPTS)",
            "def kernel(DQP, dqpo, DQ, outo, T, N, H, J, causal, scale_):")
-    g.emit(1, "bt = cuda.blockIdx.x", "b = bt // T", "t = bt - b * T", "B_ = cuda.gridDim.x // T",
+    g.emit(1, f"xs = cuda.local.array(({U}, {E}), {ct})", f"acc = cuda.local.array({E}, {ct})",
+           "bt = cuda.blockIdx.x", "b = bt // T", "t = bt - b * T", "B_ = cuda.gridDim.x // T",
            "NH = N * H", f"sc = {ct}(scale_)",
-           "for i in range(cuda.threadIdx.x, NH, cuda.blockDim.x):", f"    acc = {ct}(0)",
-           "    pr = 0", "    for j in range(J):",
-           f"        rs = ((j * {BR}) // {BC}) * {BC} if causal else 0",
-           "        if rs > t:", "            break",
-           "        acc += DQP[uint64(dqpo + (B_ * pr + b * (T - rs) + t - rs) * NH + i)]",
-           "        pr += T - rs",
-           f"    DQ[uint64(outo + bt * NH + i)] = {g.out}(acc * sc)")
+           # key tiles whose first streamed query row ((j * BR) // BC) * BC is <= t
+           f"jn = min(J, -(-((t // {BC} + 1) * {BC}) // {BR})) if causal else J",
+           f"for i0 in range(cuda.threadIdx.x, NH, {NT * E}):",
+           f"    for e in range({E}):", f"        acc[e] = {ct}(0)",
+           "    pr = 0", f"    for j0 in range(0, jn, {U}):", f"        for u in range({U}):",
+           "            if j0 + u < jn:",
+           f"                rs = (((j0 + u) * {BR}) // {BC}) * {BC} if causal else 0",
+           "                at = dqpo + (B_ * pr + b * (T - rs) + t - rs) * NH + i0",
+           f"                for e in range({E}):", f"                    xs[u, e] = {ct}(0)",
+           f"                    if i0 + e * {NT} < NH:",
+           f"                        xs[u, e] = DQP[uint64(at + e * {NT})]",
+           "                pr += T - rs", f"        for u in range({U}):",
+           "            if j0 + u < jn:", f"                for e in range({E}):",
+           "                    acc[e] += xs[u, e]",
+           f"    for e in range({E}):", f"        if i0 + e * {NT} < NH:",
+           f"            DQ[uint64(outo + bt * NH + i0 + e * {NT})] = {g.out}(acc[e] * sc)")
 
 
-def source(mode, dtype, st_dtype, D, cfg, sim, opts):
+def source(mode, dtype, st_dtype, D, cfg, sim, opts, nh=0):
     """Kernel source for `mode` ('fwd', 'fwdl', 'stats', 'delta', 'dq', 'dkv', 'bwd',
-    'dqsum': the merged backward and its dQ partials' sum, both of a 'bwd' configuration)."""
+    'dqsum': the merged backward and its dQ partials' sum, both of a 'bwd' configuration; nh:
+    the sum's row length N * H)."""
     g = _Gen(mode, dtype, st_dtype, D, cfg, sim)
     {"fwd": lambda: _fwd_like(g, False), "stats": lambda: _fwd_like(g, True),
      "fwdl": lambda: _fwd_like(g, False, lse_out=True),
      "delta": lambda: _fwd_like(g, True, lse_in=True),
      "dq": lambda: _dq(g), "dkv": lambda: _dkv(g), "bwd": lambda: _dkv(g, merged=True),
-     "dqsum": lambda: _dqsum(g)}[mode]()
+     "dqsum": lambda: _dqsum(g, *dqsum_shape(nh, sim))}[mode]()
     return "\n".join(g.L).replace("OPTS", opts) + "\n"
