@@ -16,7 +16,7 @@ import weakref
 
 import numpy as np
 
-from . import runtime
+from . import h2d, runtime
 
 
 class CudaOutOfMemoryError(MemoryError):
@@ -332,7 +332,9 @@ def from_host(a: np.ndarray) -> DeviceBuffer:
         a = a.copy(order="C")    # (np.ascontiguousarray would turn a 0-d array into 1-d)
     # a dry run (compile.py) has no memory of its own: host data goes to real memory
     buf = (base_pool() if runtime.dry_run else pool()).empty(a.shape, a.dtype)
-    if a.size:
+    if a.size and not (   # small arrays: through pinned memory, not waiting for the GPU
+            not runtime.SIM and not runtime.dry_run and runtime._stream is None
+            and h2d.put_async(runtime.load(), buf.block.ptr() + buf.offset * a.itemsize, a)):
         buf.arr()[:a.size].copy_to_device(a.reshape(-1))
     return buf
 
