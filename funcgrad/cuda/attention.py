@@ -168,7 +168,7 @@ def bwd(q, k, v, do, st, scale, causal, aval, precision=None):
     dqb = _c_view(out, (b, t, n, h), out.offset)
     dkvb = _c_view(out, (b, s, kh, h + hv), out.offset + n_q)
     d, cfg = _simt_config("bwd", q, h, hv)
-    if (n_q == 0 or dkvb.size == 0 or cfg[1] % cfg[2]
+    if (n_q == 0 or dkvb.size == 0 or cfg[0] != cfg[1]
             or _tc_config("dq", q, h, hv, precision) is not None):
         _dq_into(dqb, q, k, v, do, st, scale, causal, precision)
         _dkv_into(dkvb, q, k, v, do, st, scale, causal, precision)
