@@ -11,11 +11,13 @@ means query t sees keys s <= t (top-left aligned). Four primitives:
   attention_dkv(q, k, v, do, stats)       -> [B, S, K, H + Hv]: dk and dv side by side
 
 attention's vjp is the last three (the backward recomputes the probabilities from the saved
-logsumexp, FlashAttention-2 style). The numpy impls walk the queries in chunks, so memory grows
-with T, not T x S. The rules of the three backward primitives (their own vjp and jvp, for
-higher-order derivatives) differentiate a composed reference written with funcgrad.numpy: those
-materialize T x S, and only second-order use pays for it. float16 operands compute in float32;
-the stats are float32 for them. The CUDA kernels live in funcgrad/cuda/attention.py.
+logsumexp, FlashAttention-2 style); under jit, attention_dq and attention_dkv of one set of
+operands merge into attention_bwd (funcgrad/attention_bwd.py: one pass on a GPU). The numpy
+impls walk the queries in chunks, so memory grows with T, not T x S. The rules of the three
+backward primitives (their own vjp and jvp, for higher-order derivatives) differentiate a
+composed reference written with funcgrad.numpy: those materialize T x S, and only second-order
+use pays for it. float16 operands compute in float32; the stats are float32 for them. The CUDA
+kernels live in funcgrad/cuda/attention.py.
 """
 from __future__ import annotations
 
