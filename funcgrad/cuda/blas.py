@@ -345,3 +345,45 @@ def gemm(x, xs, y, ys, out, Bn, M, N, K, precision=None) -> bool:
         raise RuntimeError(f"cuBLAS GEMM failed for {x.dtype.name} batch={Bn} M={M} N={N} "
                            f"K={K} (precision={precision}): {e}") from e
     return True
+
+
+def gemm_bias(x, xs, y, ys, out, M, N, K, precision, bias, residual=None) -> bool:
+    """out (M, N contiguous) = x @ y + bias[None, :] (+ residual) as one cuBLASLt call with the
+    BIAS epilogue (epilogue.py); False, having launched nothing, when that cannot be done here
+    (no GPU or nvmath, not float32, a layout cuBLAS reads only after a copy, a misaligned or
+    strided bias, a residual not laid out like out, no cuBLASLt algorithm): the caller then runs
+    the product and the bias add apart. x/y as for gemm(), unbatched."""
+    f32 = np.dtype("float32")
+    if (x.dtype != f32 or y.dtype != f32 or out.dtype != f32 or bias.dtype != f32
+            or not available(f32) or not isinstance(_state["api"], _Nvmath)):
+        return False
+    if bias.shape != (N,) or (N > 1 and bias.strides != (1,)) or _ptr(bias) % 16:
+        return False
+    if residual is not None and (residual.dtype != f32 or residual.shape != out.shape
+                                 or not residual.is_contiguous()):
+        return False
+    args = plan(1, M, N, K, xs, ys)
+    if args is None or min(M, N, K) < 1:
+        return False
+    ta, tb, m, n, k, lda, sa, ldb, sb, ldc, sc, batch = args
+    c = out if residual is None else residual
+    full = (ta, tb, m, n, k, _ONE["float32"].ctypes.data, _ptr(y), 0, lda, sa, _ptr(x), 0, ldb,
+            sb, _ZERO["float32"].ctypes.data, _ptr(out), 0, ldc, sc, batch,
+            compute_type(f32, precision), GEMM_DEFAULT)
+    aligns = (blaslt._align(_ptr(y)), blaslt._align(_ptr(x)),
+              min(blaslt._align(_ptr(out)), blaslt._align(_ptr(c))))
+    choice = blaslt.bias_choice(full, residual is not None, aligns, WORKSPACE)
+    if choice is None:
+        return False
+    if runtime.dry_run:   # compile.dry_run records numba launches only
+        return True
+    ws = _workspace(M * N * K)
+    s = runtime.stream()
+    stream = 0 if isinstance(s, int) else int(s.handle)
+    beta = (_ZERO if residual is None else _ONE)["float32"].ctypes.data
+    try:
+        blaslt.run_bias(choice, full, _ptr(bias), _ptr(c), beta, stream, ws, WORKSPACE)
+    except Exception as e:   # name the product that failed
+        raise RuntimeError(f"cuBLASLt bias GEMM failed for M={M} N={N} K={K} "
+                           f"(precision={precision}): {e}") from e
+    return True

@@ -164,3 +164,46 @@ def choices() -> dict:
     """What was picked per product: {(ta, tb, m, n, k, ...): "cublasGemmEx" | "lt algo i"}."""
     return {k: ("cublasGemmEx" if v[0] == "ex" else f"lt candidate {v[1][3]}")
             for k, v in _choice.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# the bias epilogue (epilogue.py): D = A B (+ C) + bias in one cuBLASLt call
+# ---------------------------------------------------------------------------------------------
+
+_epi: dict = {}        # key -> (desc, layouts, heuristic results, 0) or None (not offered)
+
+
+def bias_choice(a, residual: bool, aligns, nbytes: int):
+    """cuBLASLt's first algorithm for blas.gemm's float32 product `a` with the BIAS epilogue
+    (a float32 vector over D's rows, column-major: the row-major output's last axis) and, when
+    `residual`, beta = 1 reading C; None when cuBLASLt is missing or offers none within
+    `nbytes` of workspace."""
+    key = a[:5] + a[8:10] + a[12:14] + a[17:21] + tuple(aligns) + (residual,)
+    if key not in _epi:
+        lt = _lt()
+        _epi[key] = None if lt is None else _bias_plan(lt, a, aligns, nbytes)
+    return _epi[key]
+
+
+def _bias_plan(lt, a, aligns, nbytes):
+    desc, lays = _describe(lt, a, 0, a[20])
+    D = lt.MatmulDescAttribute
+    _set(lt.matmul_desc_set_attribute, desc, D.EPILOGUE, int(lt.Epilogue.BIAS), np.uint32)
+    _set(lt.matmul_desc_set_attribute, desc, D.BIAS_DATA_TYPE, 0, np.int32)   # CUDA_R_32F
+    try:
+        res = _heuristic(lt, desc, lays, nbytes, aligns)
+    except Exception:   # noqa: BLE001 - an epilogue this cuBLASLt rejects: the unfused path
+        return None
+    return (desc, lays, res, 0) if len(res) else None
+
+
+def run_bias(choice, a, bias_ptr: int, c_ptr: int, beta_ptr: int, stream, ws, nbytes):
+    """Launch `choice` (bias_choice) on blas.gemm's arguments `a`: D = A B + beta C + bias,
+    C read at c_ptr (D's layout; with beta = 0 it may be D itself)."""
+    lt = _state["lt"]
+    desc, (la, lb, lc), res, i = choice
+    _set(lt.matmul_desc_set_attribute, desc, lt.MatmulDescAttribute.BIAS_POINTER, bias_ptr,
+         np.uint64)
+    (_, _, _, _, _, alpha, A, _, _, _, B, _, _, _, _, D, _, _, _, _, _, _) = a
+    lt.matmul(_state["handle"], desc, alpha, A, la, B, lb, beta_ptr, c_ptr, lc, D, lc,
+              _algo_ptr(res, i), ws, nbytes, stream)

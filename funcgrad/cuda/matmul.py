@@ -103,18 +103,24 @@ def _source(dtype, out_dtype, a_mode, b_mode, BM, BN, BK, TM, TN):
     return "\n".join(L) + "\n"
 
 
+def _runs(x: DeviceBuffer, groups):
+    """(size, stride) of each group of x's dims, or None when some group is not a run."""
+    res = []
+    for g in groups:
+        c = _collapse([x.shape[d] for d in g], [x.strides[d] for d in g])
+        if c is None:
+            return None
+        res.append(c)
+    return res
+
+
 def _grouped(x: DeviceBuffer, groups):
     """x viewed as len(groups) dims (sizes, strides), copying only if some group is not a run."""
-    perm = [d for g in groups for d in g]
-    shape = [x.shape[d] for d in perm]
-    strides = [x.strides[d] for d in perm]
-    res, i = [], 0
-    for g in groups:
-        c = _collapse(shape[i:i + len(g)], strides[i:i + len(g)])
-        if c is None:
-            return _grouped_copy(x, perm, shape, strides, groups)
-        res.append(c)
-        i += len(g)
+    res = _runs(x, groups)
+    if res is None:
+        perm = [d for g in groups for d in g]
+        return _grouped_copy(x, perm, [x.shape[d] for d in perm],
+                             [x.strides[d] for d in perm], groups)
     return x, res
 
 
@@ -162,6 +168,28 @@ def dot_general(x: DeviceBuffer, y: DeviceBuffer, dimension_numbers, out_aval,
     if S > 1:
         _sum_splits(dst, out, Bn, S, M * N)
     return out
+
+
+def dot_bias(x: DeviceBuffer, y: DeviceBuffer, dimension_numbers, out_aval, precision,
+             bias: DeviceBuffer, residual: DeviceBuffer | None = None) -> DeviceBuffer | None:
+    """x . y + bias over the output's last axis (+ residual) as one cuBLASLt GEMM with the BIAS
+    epilogue (epilogue.py), for a dot_general without batch dims whose rhs keeps one axis;
+    None, having launched nothing, when cuBLASLt cannot take it (the caller runs the product
+    and the bias add apart)."""
+    (lc, rc), (lb, rb) = dimension_numbers
+    rf = [d for d in range(y.ndim) if d not in rc]
+    if lb or rb or len(rf) != 1 or x.size == 0 or y.size == 0 or not blas.available(x.dtype):
+        return None
+    xg = _runs(x, [[d for d in range(x.ndim) if d not in lc], list(lc)])
+    yg = _runs(y, [list(rc), rf])
+    if xg is None or yg is None:
+        return None   # an operand needing a copy: leave it to dot_general
+    ((M, sam), (K, sak)), ((_, sbk), (N, sbn)) = xg, yg
+    out = pool().empty(out_aval.shape, out_aval.dtype)
+    if blas.gemm_bias(x, (0, sam, sak), y, (0, sbk, sbn), out, M, N, K, precision, bias,
+                      residual):
+        return out
+    return None
 
 
 # Split-K on real GPUs is opt-in (FUNCGRAD_SPLIT_K=1) until it has been checked and timed on

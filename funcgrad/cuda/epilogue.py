@@ -1,0 +1,129 @@
+"""jit: a product and the bias add after it as one cuBLASLt GEMM (the BIAS epilogue).
+
+A dense layer `x @ w + b` traces to a dot_general and an elementwise cluster that adds the
+broadcast bias, often with a residual (`h + (x @ w + b)`). When the cluster does nothing else
+and is the product's only reader, `fuse` replaces both steps by one ("gemm", BiasGemm) step at
+the cluster's place: cuBLASLt writes D = x w + beta C + b with C the residual (beta = 1), so the
+product never goes to memory and is never read back (W2: the qkv, attention-out and fc2
+products of every layer, 18 graph nodes fewer). On an H200 the epilogue cost nothing over the
+plain product (4096x1152x384: 94.0 against 93.6 us) while the bias add alone took 7-18 us.
+
+Where cuBLASLt cannot take the product (the simulator, no nvmath, a copied operand, a strided
+bias, no algorithm) the step runs the dot_general and the cluster as before, so results and
+fallbacks are those of the unfused plan. FUNCGRAD_GEMM_EPILOGUE=0 turns the matching off.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .. import prims as P
+from ..core import Var
+from . import fusion, matmul
+from .lowering import lower
+
+ENABLED = os.environ.get("FUNCGRAD_GEMM_EPILOGUE", "1") != "0"
+
+
+class BiasGemm:
+    """A plan step: `dot` (a dot_general eqn) and `cluster` (its bias add, + a residual)."""
+
+    def __init__(self, dot, cluster, bias: Var, residual: Var | None):
+        self.dot, self.cluster, self.bias, self.residual = dot, cluster, bias, residual
+        self.out = cluster.outputs[0]
+        self.outputs = [self.out]
+        self.inputs = [x for x in dot.inputs if isinstance(x, Var)] + [bias] + (
+            [residual] if residual is not None else [])
+
+    def describe(self) -> str:
+        res = " + residual" if self.residual is not None else ""
+        return f"dot_general+bias{res} -> {self.out.aval.str_short()}"
+
+
+def _bias_of(e, shape):
+    """The bias vector a broadcast_in_dim eqn spreads over the last axis of `shape`, or None."""
+    x = e.inputs[0]
+    p = e.params
+    if (not isinstance(x, Var) or tuple(p["shape"]) != tuple(shape) or x.aval.ndim != 1
+            or tuple(p["broadcast_dimensions"]) != (len(shape) - 1,)
+            or x.aval.shape[0] != shape[-1]):
+        return None
+    return x
+
+
+def match(dot, c):
+    """(bias, residual or None) when cluster c is exactly dot's output + a broadcast bias
+    (+ one residual of the same shape), summed in any order; else None."""
+    h = dot.out
+    (_, rc), (lb, rb) = dot.params["dimension_numbers"]
+    if lb or rb or dot.inputs[1].aval.ndim - len(rc) != 1:   # batched, or rhs keeps 0 or 2+ dims
+        return None
+    if (c.recomputed or len(c.outputs) != 1 or tuple(c.shape) != tuple(h.aval.shape)
+            or h.aval.dtype != np.float32 or not h.aval.ndim):
+        return None
+    bcasts = [e for e in c.eqns if e.prim is P.broadcast_in_dim_p]
+    adds = [e for e in c.eqns if e.prim is P.add_p]
+    if len(bcasts) != 1 or not 1 <= len(adds) <= 2 or len(adds) + 1 != len(c.eqns):
+        return None
+    bias = _bias_of(bcasts[0], h.aval.shape)
+    if bias is None or bias.aval.dtype != np.float32:
+        return None
+    b = bcasts[0].out
+    leaves = [x for e in adds for x in e.inputs if x is b or x not in c.members]
+    inner = [x for e in adds for x in e.inputs if x is not b and x in c.members]
+    if (not all(isinstance(x, Var) for x in leaves) or len(set(inner)) != len(inner)
+            or c.outputs[0] in inner or c.outputs[0] not in [e.out for e in adds]):
+        return None
+    if sum(x is h for x in leaves) != 1 or sum(x is b for x in leaves) != 1:
+        return None
+    rest = [x for x in leaves if x is not h and x is not b]
+    if len(rest) != len(adds) - 1:
+        return None
+    r = rest[0] if rest else None
+    if r is not None and (r.aval.shape != h.aval.shape or r.aval.dtype != np.float32):
+        return None
+    return bias, r
+
+
+def fuse(steps: list, expr) -> list:
+    """steps (fusion.plan_steps) with each matching dot_general + bias-add cluster pair made
+    one ("gemm", BiasGemm) step at the cluster's place."""
+    if not ENABLED:
+        return steps
+    readers: dict = {}
+    for i, (kind, s) in enumerate(steps):
+        ins = s.inputs if kind == "eqn" else fusion.external_inputs(s)
+        for x in ins:
+            if isinstance(x, Var):
+                readers.setdefault(x, set()).add(i)
+    outs = {o for o in expr.outs if isinstance(o, Var)}
+    drop, put = set(), {}
+    for i, (kind, s) in enumerate(steps):
+        if kind != "eqn" or s.prim is not P.dot_general_p or s.out in outs:
+            continue
+        rd = readers.get(s.out, set())
+        if len(rd) != 1:
+            continue
+        j = next(iter(rd))
+        if steps[j][0] != "fused" or j in put:
+            continue
+        m = match(s, steps[j][1])
+        if m is not None:
+            drop.add(i)
+            put[j] = ("gemm", BiasGemm(s, steps[j][1], *m))
+    return [put.get(i, st) for i, st in enumerate(steps) if i not in drop]
+
+
+def run(g: BiasGemm, env: dict, read, kernels: dict):
+    """Launch step g: one cuBLASLt call, or the product and the cluster apart."""
+    x, y = (read(v) for v in g.dot.inputs)
+    p = g.dot.params
+    out = matmul.dot_bias(x, y, p["dimension_numbers"], g.dot.out.aval, p.get("precision"),
+                          read(g.bias), None if g.residual is None else read(g.residual))
+    if out is not None:
+        env[g.out] = out
+        return
+    env[g.dot.out] = lower(g.dot.prim, [x, y], p, g.dot.out.aval)
+    fusion.run_cluster(kernels, g.cluster, env)
+    env.pop(g.dot.out, None)
