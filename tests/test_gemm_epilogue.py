@@ -4,6 +4,8 @@
   over the last axis (and at most one residual), in any order of the sums; anything else in the
   cluster (an activation, a bias over another axis, a second reader of the product, a batched
   product) keeps the two steps apart.
+- A reduce_sum of a cotangent over the axes a dot_general contracts it over (a bias gradient
+  beside its weight gradient) pairs with that product, on either side of it.
 - Results equal float64 numpy within fp32 tolerance for hypothesis-drawn shapes with 1-sized
   dims, with and without the matching (FUNCGRAD_GEMM_EPILOGUE), and so do the gradients of a
   two-layer MLP. On a GPU with nvmath-python the fused step runs as one cuBLASLt call (counted);
@@ -19,6 +21,7 @@ from hypothesis import strategies as st
 import funcgrad
 import funcgrad.cuda as fcuda
 import funcgrad.numpy as fnp
+from funcgrad import lax
 from funcgrad.cuda import blas, blaslt, epilogue
 
 pytestmark = [pytest.mark.cuda,
@@ -44,9 +47,11 @@ def lt_calls(monkeypatch):
     return calls
 
 
-def _fused(f, *args) -> int:
+def _fused(f, *args, what="dot_general+bias ") -> int:
+    """Steps of jit(f)'s plan whose description starts with `what` (the bias-add pairs; the
+    weight/bias-gradient pairs with what="dot_general+bias_grad")."""
     desc = funcgrad.jit(f).lower(*args).compile().describe()
-    return sum(line.strip().startswith("dot_general+bias") for line in desc.splitlines())
+    return sum(line.strip().startswith(what) for line in desc.splitlines())
 
 
 FORMS = {
@@ -130,13 +135,48 @@ def test_mlp_gradients_equal_the_unfused_plan(monkeypatch, lt_calls):
         return fnp.sum((h @ p["v"]) ** 2)
 
     f = funcgrad.value_and_grad(loss)
-    assert _fused(f, p, x) == 2
+    assert _fused(f, p, x) == 2 and _fused(f, p, x, what="dot_general+bias_grad") == 2
     val, g = funcgrad.jit(f)(p, x)
-    assert len(lt_calls) == (2 if LT else 0)
+    assert len(lt_calls) == (4 if LT else 0)
     monkeypatch.setattr(epilogue, "ENABLED", False)
-    assert _fused(f, p, x) == 0
+    assert _fused(f, p, x) == 0 and _fused(f, p, x, what="dot_general+bias_grad") == 0
     val0, g0 = funcgrad.jit(lambda p, x: f(p, x))(p, x)
     np.testing.assert_allclose(float(val), float(val0), rtol=1e-5)
     for k in g:
         np.testing.assert_allclose(np.asarray(g[k]), np.asarray(g0[k]), rtol=1e-4, atol=1e-4,
                                    err_msg=k)
+
+
+GRADS = {   # (weight gradient, bias gradient) of a cotangent ct [B, T, N] and an input x
+    "dW = x^T ct": lambda x, ct: (lax.dot_general(x, ct, (((0, 1), (0, 1)), ((), ()))),
+                                  fnp.sum(ct, axis=(0, 1))),
+    "dW^T = ct^T x": lambda x, ct: (lax.dot_general(ct, x, (((0, 1), (0, 1)), ((), ()))),
+                                    fnp.sum(ct, axis=(0, 1))),
+}
+
+
+@settings(max_examples=10, deadline=None)
+@given(form=st.sampled_from(sorted(GRADS)), B=st.integers(1, 3), T=st.integers(1, 5),
+       K=st.integers(1, 9), N=st.integers(1, 10), seed=st.integers(0, 99))
+def test_weight_and_bias_gradients_pair_and_equal_numpy(form, B, T, K, N, seed):
+    rng = np.random.default_rng(seed)
+    x, ct = rng.standard_normal((B, T, K)), rng.standard_normal((B, T, N))
+    f = GRADS[form]
+    assert _fused(f, cu(x), cu(ct), what="dot_general+bias_grad") == 1
+    got = funcgrad.jit(f)(cu(x), cu(ct))
+    want = (np.einsum("btk,btn->kn", x, ct), ct.sum((0, 1)))
+    if form.startswith("dW^T"):
+        want = (want[0].T, want[1])
+    for g, v in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), v, rtol=1e-5, atol=1e-5 * (1 + B * T))
+
+
+def test_sums_over_other_axes_stay_apart():
+    rng = np.random.default_rng(4)
+    x, ct = cu(rng.standard_normal((2, 3, 4))), cu(rng.standard_normal((2, 3, 5)))
+
+    def f(x, ct):   # the sum keeps the batch axis: not the product's contraction
+        return lax.dot_general(x, ct, (((0, 1), (0, 1)), ((), ()))), fnp.sum(ct, axis=1)
+    assert _fused(f, x, ct, what="dot_general+bias_grad") == 0
+    got = funcgrad.jit(f)(x, ct)
+    np.testing.assert_allclose(np.asarray(got[1]), np.asarray(ct).sum(1), rtol=1e-5)

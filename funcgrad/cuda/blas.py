@@ -365,25 +365,56 @@ def gemm_bias(x, xs, y, ys, out, M, N, K, precision, bias, residual=None) -> boo
     args = plan(1, M, N, K, xs, ys)
     if args is None or min(M, N, K) < 1:
         return False
-    ta, tb, m, n, k, lda, sa, ldb, sb, ldc, sc, batch = args
+    full = _lt_args(args, x, y, out, precision)
     c = out if residual is None else residual
-    full = (ta, tb, m, n, k, _ONE["float32"].ctypes.data, _ptr(y), 0, lda, sa, _ptr(x), 0, ldb,
+    return _lt_call(full, out, c, bias, residual is not None, "BIAS", (M, N, K, precision))
+
+
+def gemm_bgrad(x, xs, y, ys, out, grad, M, N, K, precision, side: str) -> bool:
+    """out (M, N contiguous) = x @ y and grad = the operand on `side` summed over k ("x":
+    grad[m] = sum_k x[m, k]; "y": grad[n] = sum_k y[k, n]) as one cuBLASLt call with the
+    BGRADB / BGRADA epilogue (a weight gradient and the bias gradient of the same cotangent,
+    epilogue.py); False, having launched nothing, when that cannot be done here (as
+    gemm_bias)."""
+    f32 = np.dtype("float32")
+    n = M if side == "x" else N
+    if (x.dtype != f32 or y.dtype != f32 or out.dtype != f32 or grad.dtype != f32
+            or not available(f32) or not isinstance(_state["api"], _Nvmath)):
+        return False
+    if grad.size != n or not grad.is_contiguous() or _ptr(grad) % 16:
+        return False
+    args = plan(1, M, N, K, xs, ys)
+    if args is None or min(M, N, K) < 1:
+        return False
+    full = _lt_args(args, x, y, out, precision)
+    # cuBLAS's A is y and its B is x (column-major C^T = Y^T X^T)
+    return _lt_call(full, out, out, grad, False, "BGRADA" if side == "y" else "BGRADB",
+                    (M, N, K, precision))
+
+
+def _lt_args(args, x, y, out, precision):
+    ta, tb, m, n, k, lda, sa, ldb, sb, ldc, sc, batch = args
+    return (ta, tb, m, n, k, _ONE["float32"].ctypes.data, _ptr(y), 0, lda, sa, _ptr(x), 0, ldb,
             sb, _ZERO["float32"].ctypes.data, _ptr(out), 0, ldc, sc, batch,
-            compute_type(f32, precision), GEMM_DEFAULT)
-    aligns = (blaslt._align(_ptr(y)), blaslt._align(_ptr(x)),
+            compute_type(np.float32, precision), GEMM_DEFAULT)
+
+
+def _lt_call(full, out, c, vec, residual: bool, epilogue: str, what) -> bool:
+    aligns = (blaslt._align(full[6]), blaslt._align(full[10]),
               min(blaslt._align(_ptr(out)), blaslt._align(_ptr(c))))
-    choice = blaslt.bias_choice(full, residual is not None, aligns, WORKSPACE)
+    choice = blaslt.bias_choice(full, residual, aligns, WORKSPACE, epilogue)
     if choice is None:
         return False
     if runtime.dry_run:   # compile.dry_run records numba launches only
         return True
+    M, N, K, precision = what
     ws = _workspace(M * N * K)
     s = runtime.stream()
     stream = 0 if isinstance(s, int) else int(s.handle)
-    beta = (_ZERO if residual is None else _ONE)["float32"].ctypes.data
+    beta = (_ONE if residual else _ZERO)["float32"].ctypes.data
     try:
-        blaslt.run_bias(choice, full, _ptr(bias), _ptr(c), beta, stream, ws, WORKSPACE)
+        blaslt.run_bias(choice, full, _ptr(vec), _ptr(c), beta, stream, ws, WORKSPACE)
     except Exception as e:   # name the product that failed
-        raise RuntimeError(f"cuBLASLt bias GEMM failed for M={M} N={N} K={K} "
+        raise RuntimeError(f"cuBLASLt {epilogue} GEMM failed for M={M} N={N} K={K} "
                            f"(precision={precision}): {e}") from e
     return True

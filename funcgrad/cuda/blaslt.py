@@ -167,28 +167,29 @@ def choices() -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
-# the bias epilogue (epilogue.py): D = A B (+ C) + bias in one cuBLASLt call
+# the bias epilogues (epilogue.py): D = A B (+ C) + bias, or D = A B and the bias gradient
 # ---------------------------------------------------------------------------------------------
 
 _epi: dict = {}        # key -> (desc, layouts, heuristic results, 0) or None (not offered)
 
 
-def bias_choice(a, residual: bool, aligns, nbytes: int):
-    """cuBLASLt's first algorithm for blas.gemm's float32 product `a` with the BIAS epilogue
-    (a float32 vector over D's rows, column-major: the row-major output's last axis) and, when
-    `residual`, beta = 1 reading C; None when cuBLASLt is missing or offers none within
-    `nbytes` of workspace."""
-    key = a[:5] + a[8:10] + a[12:14] + a[17:21] + tuple(aligns) + (residual,)
+def bias_choice(a, residual: bool, aligns, nbytes: int, epilogue: str = "BIAS"):
+    """cuBLASLt's first algorithm for blas.gemm's float32 product `a` with `epilogue`: "BIAS"
+    (a float32 vector added over D's rows, column-major: the row-major output's last axis;
+    with `residual`, beta = 1 reading C), "BGRADA" / "BGRADB" (the sums of A's rows / B's
+    columns over k written to the bias pointer); None when cuBLASLt is missing or offers none
+    within `nbytes` of workspace."""
+    key = a[:5] + a[8:10] + a[12:14] + a[17:21] + tuple(aligns) + (residual, epilogue)
     if key not in _epi:
         lt = _lt()
-        _epi[key] = None if lt is None else _bias_plan(lt, a, aligns, nbytes)
+        _epi[key] = None if lt is None else _bias_plan(lt, a, aligns, nbytes, epilogue)
     return _epi[key]
 
 
-def _bias_plan(lt, a, aligns, nbytes):
+def _bias_plan(lt, a, aligns, nbytes, epilogue):
     desc, lays = _describe(lt, a, 0, a[20])
     D = lt.MatmulDescAttribute
-    _set(lt.matmul_desc_set_attribute, desc, D.EPILOGUE, int(lt.Epilogue.BIAS), np.uint32)
+    _set(lt.matmul_desc_set_attribute, desc, D.EPILOGUE, int(lt.Epilogue[epilogue]), np.uint32)
     _set(lt.matmul_desc_set_attribute, desc, D.BIAS_DATA_TYPE, 0, np.int32)   # CUDA_R_32F
     try:
         res = _heuristic(lt, desc, lays, nbytes, aligns)
@@ -198,8 +199,8 @@ def _bias_plan(lt, a, aligns, nbytes):
 
 
 def run_bias(choice, a, bias_ptr: int, c_ptr: int, beta_ptr: int, stream, ws, nbytes):
-    """Launch `choice` (bias_choice) on blas.gemm's arguments `a`: D = A B + beta C + bias,
-    C read at c_ptr (D's layout; with beta = 0 it may be D itself)."""
+    """Launch `choice` (bias_choice) on blas.gemm's arguments `a`: D = A B + beta C (+ bias, or
+    the bias gradient written at bias_ptr), C read at c_ptr (D's layout; may be D itself)."""
     lt = _state["lt"]
     desc, (la, lb, lc), res, i = choice
     _set(lt.matmul_desc_set_attribute, desc, lt.MatmulDescAttribute.BIAS_POINTER, bias_ptr,

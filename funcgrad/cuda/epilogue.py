@@ -41,6 +41,20 @@ class BiasGemm:
         return f"dot_general+bias{res} -> {self.out.aval.str_short()}"
 
 
+class BiasGrad:
+    """A plan step: `dot` (a weight gradient) and `red` (a reduce_sum of one of its operands
+    over the axes the product contracts: the bias gradient of the same cotangent)."""
+
+    def __init__(self, dot, red, side: str):
+        self.dot, self.red, self.side = dot, red, side
+        self.outputs = [dot.out, red.out]
+        self.inputs = [x for x in dot.inputs if isinstance(x, Var)]
+
+    def describe(self) -> str:
+        return (f"dot_general+bias_grad -> {self.dot.out.aval.str_short()}, "
+                f"{self.red.out.aval.str_short()}")
+
+
 def _bias_of(e, shape):
     """The bias vector a broadcast_in_dim eqn spreads over the last axis of `shape`, or None."""
     x = e.inputs[0]
@@ -86,17 +100,63 @@ def match(dot, c):
     return bias, r
 
 
-def fuse(steps: list, expr) -> list:
-    """steps (fusion.plan_steps) with each matching dot_general + bias-add cluster pair made
-    one ("gemm", BiasGemm) step at the cluster's place."""
-    if not ENABLED:
-        return steps
+def grad_side(dot, red):
+    """"x" or "y": the dot_general operand that reduce_sum `red` sums over exactly the axes
+    the (unbatched, float32) product contracts, or None."""
+    ct = red.inputs[0]
+    (lc, rc), (lb, rb) = dot.params["dimension_numbers"]
+    x, y = dot.inputs
+    if (lb or rb or x is y or ct.aval.dtype != np.float32 or dot.out.aval.dtype != np.float32
+            or not red.out.aval.ndim):
+        return None
+    for side, v, c in (("x", x, lc), ("y", y, rc)):
+        if v is ct and set(c) == set(red.params["axes"]):
+            return side
+    return None
+
+
+def _readers(steps) -> dict:
     readers: dict = {}
     for i, (kind, s) in enumerate(steps):
-        ins = s.inputs if kind == "eqn" else fusion.external_inputs(s)
+        ins = fusion.external_inputs(s) if kind == "fused" else s.inputs
         for x in ins:
             if isinstance(x, Var):
                 readers.setdefault(x, set()).add(i)
+    return readers
+
+
+def fuse(steps: list, expr) -> list:
+    """steps (fusion.plan_steps) with each matching dot_general + bias-add cluster pair made
+    one ("gemm", BiasGemm) step at the cluster's place, then each reduce_sum + weight-gradient
+    dot_general pair of one cotangent one ("gemm", BiasGrad) step at the later one's place."""
+    if not ENABLED:
+        return steps
+    return _fuse_grads(_fuse_bias(steps, expr))
+
+
+def _fuse_grads(steps: list) -> list:
+    readers = _readers(steps)
+    drop, put = set(), {}
+    for i, (kind, r) in enumerate(steps):
+        if kind != "eqn" or r.prim is not P.reduce_sum_p or not isinstance(r.inputs[0], Var):
+            continue
+        for j in sorted(readers.get(r.inputs[0], ())):
+            kd, d = steps[j]
+            if kd != "eqn" or d.prim is not P.dot_general_p or j in drop or j in put:
+                continue
+            side = grad_side(d, r)
+            first, last = sorted((i, j))
+            made = (r if first == i else d).out   # computed later than before: no reader between
+            if side is None or any(k <= last for k in readers.get(made, ())):
+                continue
+            drop.add(first)
+            put[last] = ("gemm", BiasGrad(d, r, side))
+            break
+    return [put.get(i, st) for i, st in enumerate(steps) if i not in drop]
+
+
+def _fuse_bias(steps: list, expr) -> list:
+    readers = _readers(steps)
     outs = {o for o in expr.outs if isinstance(o, Var)}
     drop, put = set(), {}
     for i, (kind, s) in enumerate(steps):
@@ -115,10 +175,19 @@ def fuse(steps: list, expr) -> list:
     return [put.get(i, st) for i, st in enumerate(steps) if i not in drop]
 
 
-def run(g: BiasGemm, env: dict, read, kernels: dict):
-    """Launch step g: one cuBLASLt call, or the product and the cluster apart."""
+def run(g, env: dict, read, kernels: dict):
+    """Launch step g (a BiasGemm or a BiasGrad): one cuBLASLt call, or its parts apart."""
     x, y = (read(v) for v in g.dot.inputs)
     p = g.dot.params
+    if isinstance(g, BiasGrad):
+        res = matmul.dot_bgrad(x, y, p["dimension_numbers"], g.dot.out.aval,
+                               p.get("precision"), g.side, g.red.out.aval)
+        if res is None:
+            env[g.red.out] = lower(g.red.prim, [read(g.red.inputs[0])], g.red.params,
+                                   g.red.out.aval)
+            res = lower(g.dot.prim, [x, y], p, g.dot.out.aval), env[g.red.out]
+        env[g.dot.out], env[g.red.out] = res
+        return
     out = matmul.dot_bias(x, y, p["dimension_numbers"], g.dot.out.aval, p.get("precision"),
                           read(g.bias), None if g.residual is None else read(g.residual))
     if out is not None:

@@ -192,6 +192,26 @@ def dot_bias(x: DeviceBuffer, y: DeviceBuffer, dimension_numbers, out_aval, prec
     return None
 
 
+def dot_bgrad(x: DeviceBuffer, y: DeviceBuffer, dimension_numbers, out_aval, precision,
+              side: str, grad_aval):
+    """(x . y, the `side` operand ("x" or "y") summed over the contracted axes) as one
+    cuBLASLt GEMM with a bias-gradient epilogue (epilogue.py), for a dot_general without batch
+    dims; None, having launched nothing, when cuBLASLt cannot take it."""
+    (lc, rc), (lb, rb) = dimension_numbers
+    if lb or rb or x.size == 0 or y.size == 0 or not blas.available(x.dtype):
+        return None
+    xg = _runs(x, [[d for d in range(x.ndim) if d not in lc], list(lc)])
+    yg = _runs(y, [list(rc), [d for d in range(y.ndim) if d not in rc]])
+    if xg is None or yg is None:
+        return None
+    ((M, sam), (K, sak)), ((_, sbk), (N, sbn)) = xg, yg
+    out = pool().empty(out_aval.shape, out_aval.dtype)
+    grad = pool().empty(grad_aval.shape, grad_aval.dtype)
+    if blas.gemm_bgrad(x, (0, sam, sak), y, (0, sbk, sbn), out, grad, M, N, K, precision, side):
+        return out, grad
+    return None
+
+
 # Split-K on real GPUs is opt-in (FUNCGRAD_SPLIT_K=1) until it has been checked and timed on
 # one; the simulator always exercises it.
 SPLIT_K = os.environ.get("FUNCGRAD_SPLIT_K", "0") == "1"
