@@ -22,14 +22,17 @@ from funcgrad.core import bind
 TF32 = {"precision": "tensorfloat32"}
 
 
-def _close(got, want, name):
+def _close(got, want, name, h=64):
     """The TF32 bound: operands keep 10 mantissa bits (relative rounding 2^-11), products and
     sums stay float32; for unit-normal operands the error stays under 1% of the largest
-    output magnitude (measured: <= 3e-3 under the simulator at head dim <= 16)."""
+    output magnitude up to head dim 64 (measured: <= 3e-3 under the simulator at head dim
+    <= 16), growing as sqrt(h) above it: an h-term TF32 dot product's rounding error grows as
+    sqrt(h), and dS = P (dP - delta) cancels to zero where one key is visible, leaving only
+    that error (H200, 2026-11-24: dq 1.07e-2 at h = 128 with one key)."""
     got = np.asarray(got, np.float64)
     if not want.size:
         return
-    bound = 1e-2 * max(1.0, float(np.abs(want).max()))
+    bound = 1e-2 * max(1.0, float(np.abs(want).max())) * max(1.0, np.sqrt(h / 64))
     err = float(np.abs(got - want).max())
     assert err <= bound, f"{name}: max error {err:.2e} over the TF32 bound {bound:.2e}"
 
@@ -68,7 +71,7 @@ def test_tc_kernels_match_numpy(dim, b, t, s, kh, g, hd, hvd, causal, strided):
              A._dkv_impl(q64, k64, v64, do64, st64, **prm))]:
         got = bind(prim, *args, **prm, **TF32)
         assert got.dtype == np.float32
-        _close(got, want, prim.name)
+        _close(got, want, prim.name, max(h, hv))
 
 
 @pytest.mark.cuda
