@@ -59,10 +59,11 @@ def _reference(step, p, s, xs, ys):
     return losses, [np.asarray(a) for a in tree_leaves(p)]
 
 
-def _graphed(step, p, s, x, y):
-    """The jitted step on "cuda", planned, then replayed through a SimGraphSet."""
+def _graphed(step, p, s, x, y, donate=()):
+    """The jitted step (donating arguments `donate`) on "cuda", planned, then replayed
+    through a SimGraphSet."""
     from sim_graphs import install
-    f = funcgrad.jit(step)
+    f = funcgrad.jit(step, donate_argnums=donate)
     p, s, x, y = funcgrad.device_put((p, s, x, y), "cuda")
     for _ in range(2):     # the dry run, then the recorded run: the plan's layout
         p, s, _ = f(p, s, x, y)

@@ -40,12 +40,46 @@ def _owned(blk, plan) -> bool:
     return type(blk) is memplan.PlanBlock and blk.owner is plan
 
 
+class Held:
+    """Result Arrays a memo may return again, and what tells that only the memo holds them:
+    the Arrays outs[j] for j in `which`, their buffers and blocks with the sum of their
+    reference counts when taken (so made here, with no temporary list holding them), and
+    the buffers of outs[j] for j in `chk` (a deleted result has another)."""
+    __slots__ = ("arrs", "base", "chk", "chk_ids", "objs")
+
+    def __init__(self, outs, which, chk):
+        self.arrs = tuple(outs[j] for j in which)
+        bufs = tuple(map(_buf, self.arrs))
+        self.objs = self.arrs + bufs + tuple({id(b.block): b.block for b in bufs}.values())
+        self.chk = tuple(outs[j] for j in chk)
+        self.chk_ids = list(map(id, map(_buf, self.chk)))
+        del bufs
+        self.base = sum(map(_refs, self.objs))   # the memo's own references only
+
+    def free(self, same_bufs: bool) -> bool:
+        """Held by the memo alone (no name, view, weak reference or deletion since they were
+        returned): they can be returned again. same_bufs: no Array was deleted since the memo
+        last looked (DeletedBuffer.made unchanged)."""
+        return ((same_bufs or list(map(id, map(_buf, self.chk))) == self.chk_ids)
+                and sum(map(_refs, self.objs)) == self.base
+                and not any(map(getweakrefcount, self.arrs)))
+
+
+def launch(gs, entry, args):
+    """Launch entry's graph of GraphSet gs for `args` (the ones it stages copied in first)."""
+    if entry.staged:
+        gs._stage(entry, lambda i: args[i].buf)
+    err = gs._launch(entry.handle, 0)
+    if err:
+        gs.memo = None
+        raise RuntimeError(f"cuGraphLaunch failed (CUresult {err})")
+
+
 class Memo:
     """What the next calls of one GraphSet are expected to be, per output set t (0, 1)."""
-    __slots__ = ("ad", "all_bufs", "all_ids", "base", "deaths", "entry", "fed_bufs", "fed_get",
-                 "fed_ids", "fed_pos", "feed", "free_get", "free_pos", "inplace", "key",
-                 "last", "n",
-                 "nxt", "objs", "out_bufs", "outs", "seen", "seen_bufs", "seen_ids")
+    __slots__ = ("all_bufs", "all_ids", "deaths", "entry", "fed_bufs", "fed_get", "fed_ids",
+                 "fed_pos", "feed", "free_get", "free_pos", "held", "inplace", "key", "last",
+                 "n", "nxt", "outs", "seen", "seen_bufs", "seen_ids")
 
     def __init__(self, n, feed, free_pos):
         self.n, self.feed, self.free_pos = n, feed, free_pos
@@ -53,10 +87,8 @@ class Memo:
         self.fed_pos = [i for i, j in enumerate(feed) if j >= 0]
         self.fed_get = _picker(self.fed_pos) if self.fed_pos else None
         two = (None, None)
-        self.entry, self.key, self.outs, self.objs, self.ad = [*two], [*two], [*two], \
-            [*two], [*two]
-        self.base, self.out_bufs, self.fed_ids, self.fed_bufs = [*two], [*two], [*two], \
-            [*two]
+        self.entry, self.key, self.outs, self.held = [*two], [*two], [*two], [*two]
+        self.fed_ids, self.fed_bufs = [*two], [*two]
         # every argument's id and its buffer's, per output set: one comparison per call when
         # the batch is the one seen last (`seen`: kept alive, so their ids stay theirs)
         self.all_ids, self.all_bufs = [*two], [*two]
@@ -94,14 +126,9 @@ class Memo:
     def store(self, t, outs, plan):
         """Keep set t's result Arrays `outs` (just made, held by nothing else yet) and what
         the call reading them (writing the other set) must pass."""
-        arrs = [o for o in outs if _in_set(o, plan)]
-        bufs = [a.buf for a in arrs]
-        blocks = list({id(b.block): b.block for b in bufs}.values())
-        self.outs[t], self.ad[t] = outs, tuple(arrs)
-        self.objs[t] = tuple(arrs + bufs + blocks)
-        self.out_bufs[t] = list(map(id, map(_buf, outs)))
-        del arrs, bufs, blocks
-        self.base[t] = sum(map(_refs, self.objs[t]))   # the memo's own references only
+        self.outs[t] = outs
+        self.held[t] = Held(outs, [j for j, o in enumerate(outs) if _in_set(o, plan)],
+                            range(len(outs)))
         self._expect(1 - t if self.fed_get is not None else 0, outs)
 
     def _expect(self, u, outs):
@@ -117,16 +144,9 @@ class Memo:
     def drop(self, t):
         """Forget set t's results and the expectations naming them."""
         u = 1 - t if self.fed_get is not None else 0
-        self.outs[t] = self.objs[t] = self.ad[t] = self.out_bufs[t] = None
+        self.outs[t] = self.held[t] = None
         self.fed_ids[u] = self.fed_bufs[u] = self.all_ids[u] = self.all_bufs[u] = None
 
-    def free(self, t, same_bufs: bool) -> bool:
-        """Set t's results are held by the memo alone (no name, view, weak reference or
-        deletion since they were returned): they can be returned again. same_bufs: no Array
-        was deleted since the memo last looked (DeletedBuffer.made unchanged)."""
-        return ((same_bufs or list(map(id, map(_buf, self.outs[t]))) == self.out_bufs[t])
-                and sum(map(_refs, self.objs[t])) == self.base[t]
-                and not any(map(getweakrefcount, self.ad[t])))
 
 
 def _in_set(o, plan) -> bool:
@@ -152,11 +172,10 @@ def feed_of(memo, args, plan) -> tuple | None:
 def carry(memo, feed, s):
     """The memo's last results, kept for a call writing set s that reads them (fed back)."""
     t = 1 - s
-    if (memo is None or feed is None or memo.last != t or memo.objs[t] is None
+    if (memo is None or feed is None or memo.last != t or memo.held[t] is None
             or all(j < 0 for j in feed)):
         return None
-    return memo.outs[t], memo.objs[t], memo.ad[t], memo.base[t], memo.out_bufs[t], \
-        memo.entry[t], memo.key[t]
+    return memo.outs[t], memo.held[t], memo.entry[t], memo.key[t]
 
 
 def learn(gs, args, bufs, feed, s, key, entry, outs, kept) -> Memo:
@@ -182,8 +201,8 @@ def learn(gs, args, bufs, feed, s, key, entry, outs, kept) -> Memo:
             comps[i] = (id(b.block.raw), b.offset)
     m.key[u] = (u, tuple(comps))
     m.entry[u] = gs.entries.get(m.key[u])
-    if kept is not None and kept[6] == m.key[u]:
-        m.outs[u], m.objs[u], m.ad[u], m.base[u], m.out_bufs[u] = kept[:5]
+    if kept is not None and kept[3] == m.key[u]:
+        m.outs[u], m.held[u] = kept[:2]
         m._expect(s, m.outs[u])
     return m
 
@@ -249,18 +268,14 @@ def replay(gs, args) -> list | None:
         m.see(args)
     if gs.has_checks and gs.counts.any():
         gs.check()
-    outs = m.outs[t]
-    fresh = outs is None or not m.free(t, same_bufs)
+    held = m.held[t]
+    fresh = held is None or not held.free(same_bufs)
+    del held
     if fresh:
         m.drop(t)
-        outs = None     # (not even this reference into set t: release_set moves held ones)
-        plan.release_set(t, 0)
-    if entry.staged:
-        gs._stage(entry, lambda i: args[i].buf)
-    err = gs._launch(entry.handle, 0)
-    if err:
-        gs.memo = None
-        raise RuntimeError(f"cuGraphLaunch failed (CUresult {err})")
+        plan.release_set(t, 0)   # (the memo keeps no reference into set t: held ones move)
+    launch(gs, entry, args)
+    outs = m.outs[t]
     if fresh:
         outs = gs._results(entry, None, t)
         m.store(t, outs, plan)

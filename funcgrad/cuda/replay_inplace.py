@@ -24,26 +24,24 @@ as usual (results still held are moved out) and fresh ones are made.
 """
 from __future__ import annotations
 
-import sys
 from itertools import repeat
 from operator import attrgetter
 from weakref import getweakrefcount
 
 from ..core import Array, DeletedBuffer, user_frame
-from .replay import _buf, _free_ok, _owned, _picker
+from .replay import Held, _buf, _free_ok, _owned, _picker, _refs, launch
 
 _block = attrgetter("block")
-_refs = sys.getrefcount
 # what getrefcount reports through map() for an object held by one list and nothing else
 _ONE = next(map(_refs, [object()]))
 
 
 class InPlaceMemo:
     """What the next call of one GraphSet with donated arguments is expected to be."""
-    __slots__ = ("base", "blocks", "chk", "chk_ids", "consts", "deaths", "donated", "entry",
-                 "exp_alt", "exp_bufs", "exp_ids", "f1_get", "f1_res", "free_get", "free_pos",
-                 "inplace", "k0", "k0_arrs", "k1_bufs", "k1_src", "key", "last", "n", "n1",
-                 "objs", "order", "outs", "ready", "seen", "seen_bufs", "seen_ids", "spare")
+    __slots__ = ("blocks", "chk", "consts", "deaths", "donated", "entry", "exp_alt",
+                 "exp_bufs", "exp_ids", "f1_get", "f1_res", "free_get", "free_pos", "held",
+                 "inplace", "k0", "k1_bufs", "k1_src", "key", "last", "n", "n1", "order",
+                 "outs", "ready", "seen", "seen_bufs", "seen_ids", "spare")
 
     def __init__(self, outs, s, inplace):
         self.outs, self.last, self.inplace = [None, None], s, inplace
@@ -64,23 +62,10 @@ class InPlaceMemo:
         self.seen = got
         self.seen_ids, self.seen_bufs = list(map(id, got)), list(map(id, map(_buf, got)))
 
-    def store0(self, arrs):
-        """Keep the output set's result Arrays `arrs` (just made, held by nothing else but the
-        results list) to return them again when the caller drops them."""
-        bufs = list(map(_buf, arrs))
-        blocks = list({id(b.block): b.block for b in bufs}.values())
-        self.k0_arrs, self.objs = arrs, tuple(arrs + bufs + blocks)
-        self.chk = arrs + self.consts
-        self.chk_ids = list(map(id, map(_buf, self.chk)))
-        del bufs, blocks
-        self.base = sum(map(_refs, self.objs))
-
-    def free0(self, same_bufs: bool) -> bool:
-        """The output set's last results are held by the memo alone (no name, view, weak
-        reference or deletion since): they can be returned again."""
-        return ((same_bufs or list(map(id, map(_buf, self.chk))) == self.chk_ids)
-                and sum(map(_refs, self.objs)) == self.base
-                and not any(map(getweakrefcount, self.k0_arrs)))
+    def store0(self, outs):
+        """Keep the output set's results among `outs` (just made, held by nothing else but
+        `outs`) to return them again when the caller drops them."""
+        self.held = Held(outs, self.k0, self.chk)
 
 
 def learn(gs, args, bufs, feed, s, key, entry, outs, kept=None) -> InPlaceMemo:
@@ -127,12 +112,13 @@ def learn(gs, args, bufs, feed, s, key, entry, outs, kept=None) -> InPlaceMemo:
     m.spare = m.k1_src(args)     # deleted by jit after this call
     m.k0 = [j for j, t in enumerate(tpl) if t[0] == 0]
     fixed = [j for j, t in enumerate(tpl) if t[0] == 2]
-    m.consts = [outs[j] for j in fixed]
+    m.consts = tuple(outs[j] for j in fixed)
+    m.chk = m.k0 + fixed   # results whose buffers must still be theirs (not deleted)
     inv = [0] * len(tpl)
     for p, j in enumerate(m.k0 + k1 + fixed):
         inv[j] = p
     m.order = _picker(inv)       # (set results + in-place results + constants) -> results
-    m.store0([outs[j] for j in m.k0])
+    m.store0(outs)
     got = m.f1_res(outs)
     m.exp_ids, m.exp_bufs, m.exp_alt = list(map(id, got)), list(map(id, map(_buf, got))), None
     m.deaths = -1
@@ -165,17 +151,11 @@ def replay(gs, args, name=None) -> list | None:
     if gs.has_checks and gs.counts.any():
         gs.check()
     t = m.last
-    fresh = not m.free0(same_bufs)
+    fresh = not m.held.free(same_bufs)
     if fresh:
-        m.k0_arrs = m.objs = m.chk = None
-        m.outs[t] = None    # (no reference into set t: release_set moves held ones)
+        m.held = m.outs[t] = None    # (no reference into set t: release_set moves held ones)
         gs.plan.release_set(t, 0)
-    if entry.staged:
-        gs._stage(entry, lambda i: args[i].buf)
-    err = gs._launch(entry.handle, 0)
-    if err:
-        gs.memo = None
-        raise RuntimeError(f"cuGraphLaunch failed (CUresult {err})")
+    launch(gs, entry, args)
     # the in-place results: the call before last's Arrays (deleted since) when only the memo
     # holds them, each taking its buffer back from the argument it was passed as
     new = m.spare
@@ -187,10 +167,11 @@ def replay(gs, args, name=None) -> list | None:
     gone = DeletedBuffer((name, user_frame()))
     list(map(setattr, got if m.donated is None else m.donated(args), repeat("buf"),
              repeat(gone)))
-    k0 = gs._results(entry, None, t, m.k0) if fresh else m.k0_arrs
-    outs = m.outs[t] = list(m.order(k0 + list(new) + m.consts))
+    k0 = tuple(gs._results(entry, None, t, m.k0)) if fresh else m.held.arrs
+    outs = m.outs[t] = list(m.order(k0 + tuple(new) + m.consts))
+    del k0
     if fresh:
-        m.store0(k0)
+        m.store0(outs)
     if again and m.exp_alt is not None:   # the same objects as two calls ago
         m.exp_ids, m.exp_alt = m.exp_alt, m.exp_ids
     else:
