@@ -18,7 +18,6 @@ import gpt  # noqa: E402
 import train_gpt  # noqa: E402
 
 import funcgrad  # noqa: E402
-from funcgrad import optim  # noqa: E402
 
 
 def main(steps=40):
@@ -29,12 +28,7 @@ def main(steps=40):
     opt = train_gpt.make_optimizer(1000, 1e-3, 100)
     opt_state = opt.init(params)
 
-    def train_step(params, opt_state, x, y):
-        loss, grads = funcgrad.value_and_grad(gpt.loss_fn)(params, x, y, cfg)
-        updates, opt_state = opt.update(grads, opt_state, params)
-        return optim.apply_updates(params, updates), opt_state, loss
-
-    step_fn = funcgrad.jit(train_step, donate_argnums=(0, 1))
+    step_fn = funcgrad.jit(train_gpt.make_train_step(cfg, opt), donate_argnums=(0, 1))
     it = train_gpt.batches(data, batch, cfg.ctx, np.random.default_rng(0))
     times = []
     for i in range(steps):

@@ -28,7 +28,6 @@ import gpt
 import train_gpt
 
 import funcgrad
-from funcgrad import optim
 
 
 def main():
@@ -42,12 +41,7 @@ def main():
     params = funcgrad.device_put(gpt.init_params(cfg, 0))
     opt_state = opt.init(params)
 
-    def train_step(params, opt_state, x, y):
-        loss, grads = funcgrad.value_and_grad(gpt.loss_fn)(params, x, y, cfg)
-        updates, opt_state = opt.update(grads, opt_state, params)
-        return optim.apply_updates(params, updates), opt_state, loss
-
-    step_fn = funcgrad.jit(train_step, donate_argnums=(0, 1))
+    step_fn = funcgrad.jit(train_gpt.make_train_step(cfg, opt), donate_argnums=(0, 1))
     it = train_gpt.batches(train, 16, cfg.ctx, rng)
     state = [params, opt_state]
 

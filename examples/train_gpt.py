@@ -60,6 +60,16 @@ def make_optimizer(steps, lr, warmup):
                                    mask=decay_mask))
 
 
+def make_train_step(cfg, opt):
+    """step(params, opt_state, x, y) -> (params, opt_state, loss): the loss and its gradients,
+    the optimizer's update, the new parameters (jit it with donate_argnums=(0, 1))."""
+    def train_step(params, opt_state, x, y):
+        loss, grads = funcgrad.value_and_grad(gpt.loss_fn)(params, x, y, cfg)
+        updates, opt_state = opt.update(grads, opt_state, params)
+        return optim.apply_updates(params, updates), opt_state, loss
+    return train_step
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=None,
@@ -125,11 +135,7 @@ def main(argv=None):
         print(f"device {funcgrad.default_backend()}, config {cfg}, {n_params / 1e6:.2f}M "
               f"parameters, batch {batch}{dp}, {steps} steps")
 
-    def train_step(params, opt_state, x, y):
-        loss, grads = funcgrad.value_and_grad(gpt.loss_fn)(params, x, y, cfg)
-        updates, opt_state = opt.update(grads, opt_state, params)
-        return optim.apply_updates(params, updates), opt_state, loss
-
+    train_step = make_train_step(cfg, opt)
     step_fn = funcgrad.jit(train_step, donate_argnums=(0, 1))
     if args.data_parallel:
         step_fn = _data_parallel_step(cfg, opt, rank, batch // nproc)
