@@ -332,9 +332,10 @@ def from_host(a: np.ndarray) -> DeviceBuffer:
         a = a.copy(order="C")    # (np.ascontiguousarray would turn a 0-d array into 1-d)
     # a dry run (compile.py) has no memory of its own: host data goes to real memory
     buf = (base_pool() if runtime.dry_run else pool()).empty(a.shape, a.dtype)
-    if a.size and not (   # small arrays: through pinned memory, not waiting for the GPU
-            not runtime.SIM and not runtime.dry_run and runtime._stream is None
-            and h2d.put_async(runtime.load(), buf.block.ptr() + buf.offset * a.itemsize, a)):
+    # small arrays go through pinned memory, not waiting for the GPU (not while capturing)
+    queued = (a.size and not runtime.SIM and not runtime.dry_run and runtime._stream is None
+              and h2d.put_async(runtime.load(), buf.block.ptr() + buf.offset * a.itemsize, a))
+    if a.size and not queued:
         buf.arr()[:a.size].copy_to_device(a.reshape(-1))
     return buf
 

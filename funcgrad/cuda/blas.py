@@ -353,19 +353,14 @@ def gemm_bias(x, xs, y, ys, out, M, N, K, precision, bias, residual=None) -> boo
     (no GPU or nvmath, not float32, a layout cuBLAS reads only after a copy, a misaligned or
     strided bias, a residual not laid out like out, no cuBLASLt algorithm): the caller then runs
     the product and the bias add apart. x/y as for gemm(), unbatched."""
-    f32 = np.dtype("float32")
-    if (x.dtype != f32 or y.dtype != f32 or out.dtype != f32 or bias.dtype != f32
-            or not available(f32) or not isinstance(_state["api"], _Nvmath)):
+    if bias.shape != (N,) or (N > 1 and bias.strides != (1,)):
         return False
-    if bias.shape != (N,) or (N > 1 and bias.strides != (1,)) or _ptr(bias) % 16:
-        return False
-    if residual is not None and (residual.dtype != f32 or residual.shape != out.shape
+    if residual is not None and (residual.dtype != np.float32 or residual.shape != out.shape
                                  or not residual.is_contiguous()):
         return False
-    args = plan(1, M, N, K, xs, ys)
-    if args is None or min(M, N, K) < 1:
+    full = _lt_args(x, xs, y, ys, out, bias, M, N, K, precision)
+    if full is None:
         return False
-    full = _lt_args(args, x, y, out, precision)
     c = out if residual is None else residual
     return _lt_call(full, out, c, bias, residual is not None, "BIAS", (M, N, K, precision))
 
@@ -376,23 +371,27 @@ def gemm_bgrad(x, xs, y, ys, out, grad, M, N, K, precision, side: str) -> bool:
     BGRADB / BGRADA epilogue (a weight gradient and the bias gradient of the same cotangent,
     epilogue.py); False, having launched nothing, when that cannot be done here (as
     gemm_bias)."""
-    f32 = np.dtype("float32")
-    n = M if side == "x" else N
-    if (x.dtype != f32 or y.dtype != f32 or out.dtype != f32 or grad.dtype != f32
-            or not available(f32) or not isinstance(_state["api"], _Nvmath)):
+    if grad.size != (M if side == "x" else N) or not grad.is_contiguous():
         return False
-    if grad.size != n or not grad.is_contiguous() or _ptr(grad) % 16:
+    full = _lt_args(x, xs, y, ys, out, grad, M, N, K, precision)
+    if full is None:
         return False
-    args = plan(1, M, N, K, xs, ys)
-    if args is None or min(M, N, K) < 1:
-        return False
-    full = _lt_args(args, x, y, out, precision)
     # cuBLAS's A is y and its B is x (column-major C^T = Y^T X^T)
     return _lt_call(full, out, out, grad, False, "BGRADA" if side == "y" else "BGRADB",
                     (M, N, K, precision))
 
 
-def _lt_args(args, x, y, out, precision):
+def _lt_args(x, xs, y, ys, out, vec, M, N, K, precision):
+    """cublasGemmStridedBatchedEx's arguments for an unbatched float32 x @ y into out with
+    the epilogue's vector `vec` (a bias or its gradient, 16-byte aligned); None when cuBLASLt
+    cannot take them here (no GPU or nvmath, another dtype, a layout needing a copy)."""
+    f32 = np.dtype("float32")
+    if (any(a.dtype != f32 for a in (x, y, out, vec)) or not available(f32)
+            or not isinstance(_state["api"], _Nvmath) or _ptr(vec) % 16):
+        return None
+    args = plan(1, M, N, K, xs, ys)
+    if args is None or min(M, N, K) < 1:
+        return None
     ta, tb, m, n, k, lda, sa, ldb, sb, ldc, sc, batch = args
     return (ta, tb, m, n, k, _ONE["float32"].ctypes.data, _ptr(y), 0, lda, sa, _ptr(x), 0, ldb,
             sb, _ZERO["float32"].ctypes.data, _ptr(out), 0, ldc, sc, batch,

@@ -170,24 +170,33 @@ def dot_general(x: DeviceBuffer, y: DeviceBuffer, dimension_numbers, out_aval,
     return out
 
 
+def _unbatched(x: DeviceBuffer, y: DeviceBuffer, dimension_numbers):
+    """(M, N, K, x strides, y strides) of a dot_general without batch dims whose operands'
+    free and contracted axes each form one run (no copy); None otherwise."""
+    (lc, rc), (lb, rb) = dimension_numbers
+    if lb or rb or x.size == 0 or y.size == 0 or not blas.available(x.dtype):
+        return None
+    xg = _runs(x, [[d for d in range(x.ndim) if d not in lc], list(lc)])
+    yg = _runs(y, [list(rc), [d for d in range(y.ndim) if d not in rc]])
+    if xg is None or yg is None:
+        return None   # an operand needing a copy: leave it to dot_general
+    ((M, sam), (K, sak)), ((_, sbk), (N, sbn)) = xg, yg
+    return M, N, K, (0, sam, sak), (0, sbk, sbn)
+
+
 def dot_bias(x: DeviceBuffer, y: DeviceBuffer, dimension_numbers, out_aval, precision,
              bias: DeviceBuffer, residual: DeviceBuffer | None = None) -> DeviceBuffer | None:
     """x . y + bias over the output's last axis (+ residual) as one cuBLASLt GEMM with the BIAS
     epilogue (epilogue.py), for a dot_general without batch dims whose rhs keeps one axis;
     None, having launched nothing, when cuBLASLt cannot take it (the caller runs the product
     and the bias add apart)."""
-    (lc, rc), (lb, rb) = dimension_numbers
-    rf = [d for d in range(y.ndim) if d not in rc]
-    if lb or rb or len(rf) != 1 or x.size == 0 or y.size == 0 or not blas.available(x.dtype):
+    (_, rc), _ = dimension_numbers
+    g = _unbatched(x, y, dimension_numbers)
+    if g is None or y.ndim - len(rc) != 1:
         return None
-    xg = _runs(x, [[d for d in range(x.ndim) if d not in lc], list(lc)])
-    yg = _runs(y, [list(rc), rf])
-    if xg is None or yg is None:
-        return None   # an operand needing a copy: leave it to dot_general
-    ((M, sam), (K, sak)), ((_, sbk), (N, sbn)) = xg, yg
+    M, N, K, xs, ys = g
     out = pool().empty(out_aval.shape, out_aval.dtype)
-    if blas.gemm_bias(x, (0, sam, sak), y, (0, sbk, sbn), out, M, N, K, precision, bias,
-                      residual):
+    if blas.gemm_bias(x, xs, y, ys, out, M, N, K, precision, bias, residual):
         return out
     return None
 
@@ -197,17 +206,13 @@ def dot_bgrad(x: DeviceBuffer, y: DeviceBuffer, dimension_numbers, out_aval, pre
     """(x . y, the `side` operand ("x" or "y") summed over the contracted axes) as one
     cuBLASLt GEMM with a bias-gradient epilogue (epilogue.py), for a dot_general without batch
     dims; None, having launched nothing, when cuBLASLt cannot take it."""
-    (lc, rc), (lb, rb) = dimension_numbers
-    if lb or rb or x.size == 0 or y.size == 0 or not blas.available(x.dtype):
+    g = _unbatched(x, y, dimension_numbers)
+    if g is None:
         return None
-    xg = _runs(x, [[d for d in range(x.ndim) if d not in lc], list(lc)])
-    yg = _runs(y, [list(rc), [d for d in range(y.ndim) if d not in rc]])
-    if xg is None or yg is None:
-        return None
-    ((M, sam), (K, sak)), ((_, sbk), (N, sbn)) = xg, yg
+    M, N, K, xs, ys = g
     out = pool().empty(out_aval.shape, out_aval.dtype)
     grad = pool().empty(grad_aval.shape, grad_aval.dtype)
-    if blas.gemm_bgrad(x, (0, sam, sak), y, (0, sbk, sbn), out, grad, M, N, K, precision, side):
+    if blas.gemm_bgrad(x, xs, y, ys, out, grad, M, N, K, precision, side):
         return out, grad
     return None
 
