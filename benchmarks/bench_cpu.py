@@ -6,6 +6,8 @@ one JAX-CPU process (peers_cpu.py --only jax, the order alternating by round), a
 round's figures, the ratios and their spread: on a shared machine one pair is not a result.
 `--base DIR` adds a third process per round running the funcgrad found in DIR (e.g. a `git
 worktree add DIR <commit>` of an earlier commit), for before/after figures from the same run.
+Both sides donate the parameters and the optimizer state to the step (donate_argnums=(0, 1),
+as a training loop does); `--no-donate` times both without.
 """
 from __future__ import annotations
 
@@ -20,13 +22,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SIZES = {"C1": ([64, 128, 128, 10], 128), "C2": ([784, 512, 512, 10], 256)}
 
 
-def run_funcgrad(reps):
+def run_funcgrad(reps, donate=True):
     import funcgrad
     sys.path.insert(0, HERE)
     from workloads import MlpAdam, median_seconds
     funcgrad.config.update("default_device", "cpu")
     for name, (sizes, batch) in SIZES.items():
-        step = MlpAdam(sizes, batch, scale=0.05)
+        step = MlpAdam(sizes, batch, scale=0.05, donate=donate)
         ms = median_seconds(step, warm=5, reps=reps) * 1e3
         print(json.dumps({"what": f"{name}_step_ms", "impl": "funcgrad_jit_cpu", "value": ms}),
               flush=True)
@@ -38,10 +40,10 @@ def _figures(cmd, env=None):
     return {r["what"]: r["value"] for r in rows}
 
 
-def pair(rounds, reps, base=None):
-    ours = [sys.executable, os.path.abspath(__file__), "--reps", str(reps)]
-    jax = [sys.executable, os.path.join(HERE, "peers_cpu.py"), "--only", "jax",
-           "--reps", str(reps)]
+def pair(rounds, reps, base=None, donate=True):
+    flags = ["--reps", str(reps)] + ([] if donate else ["--no-donate"])
+    ours = [sys.executable, os.path.abspath(__file__), *flags]
+    jax = [sys.executable, os.path.join(HERE, "peers_cpu.py"), "--only", "jax", *flags]
     procs = [("funcgrad", ours, None), ("jax", jax, None)]
     if base:
         env = dict(os.environ, PYTHONPATH=os.path.abspath(base))
@@ -78,11 +80,13 @@ def main():
                     help="N interleaved rounds of funcgrad and JAX-CPU processes")
     ap.add_argument("--reps", type=int, default=50, help="timed steps per figure")
     ap.add_argument("--base", metavar="DIR", help="with --pair: also time the funcgrad in DIR")
+    ap.add_argument("--no-donate", dest="donate", action="store_false",
+                    help="steps without donated parameters and optimizer state (both sides)")
     a = ap.parse_args()
     if a.pair:
-        pair(a.pair, a.reps, a.base)
+        pair(a.pair, a.reps, a.base, a.donate)
     else:
-        run_funcgrad(a.reps)
+        run_funcgrad(a.reps, a.donate)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
 # Copied from the team's shared/bench (peer definitions of WORKLOADS.md); run beside bench_gpu.py.
 """CPU anchors for the embedded default (no GPU): one Adam step of an MLP, JAX-CPU jit vs HIPS autograd vs hand-written numpy.
 C1: 64-128-128-10, batch 128 (digits-sized).  C2: 784-512-512-10, batch 256.
-`--only jax` runs JAX-CPU alone; `--reps N` sets the timed steps per figure (bench_cpu.py --pair)."""
+`--only jax` runs JAX-CPU alone; `--reps N` sets the timed steps per figure (bench_cpu.py --pair).
+JAX's step donates its parameters and optimizer state (donate_argnums=(0, 1)), as funcgrad's does in bench_cpu.py; `--no-donate` leaves that out."""
 import argparse, json, time, sys
 import numpy as np
-_ap = argparse.ArgumentParser(); _ap.add_argument("--only", default=None); _ap.add_argument("--reps", type=int, default=50)
+_ap = argparse.ArgumentParser(); _ap.add_argument("--only", default=None); _ap.add_argument("--reps", type=int, default=50); _ap.add_argument("--no-donate", dest="donate", action="store_false")
 ARGS = _ap.parse_args()
 def emit(**kw): print(json.dumps(kw), flush=True)
 def med(fn, reps=ARGS.reps, warm=5):
@@ -27,9 +28,9 @@ for name, (sizes, batch) in SIZES.items():
             if i < len(p) - 1: h = jax.nn.relu(h)
         return optax.softmax_cross_entropy_with_integer_labels(h, y).mean()
     opt = optax.adam(1e-3); st = opt.init(ps)
-    @jax.jit
     def step(p, s, x, y):
         l, g = jax.value_and_grad(loss)(p, x, y); u, s = opt.update(g, s, p); return optax.apply_updates(p, u), s, l
+    step = jax.jit(step, donate_argnums=(0, 1) if ARGS.donate else ())
     state = [ps, st]
     def js():
         state[0], state[1], l = step(state[0], state[1], x, y); jax.block_until_ready(l)

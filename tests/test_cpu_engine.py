@@ -304,3 +304,93 @@ def test_softmax_xent_twins_equal_the_numpy_impls(monkeypatch, rng, dtype, n):
     labels[1, 3] = n
     with pytest.raises(IndexError, match=f"label {n} is out of range"):
         cpu_rows.xent_into(aval)(x, labels, out)
+
+
+def _data(a):
+    return np.asarray(a).__array_interface__["data"][0]
+
+
+def test_donated_step_writes_its_results_into_the_arguments(monkeypatch, rng):
+    # donate_argnums on the CPU: the Adam kernels write the new parameters and optimizer
+    # state into the donated arguments' memory (each result into its argument's), with the
+    # bits of the step without donation; the donated Arrays can no longer be read
+    monkeypatch.setenv("FUNCGRAD_CPU_FUSE_AFTER", "0")
+    step, p, s = _mlp_step([6, 8, 8, 3], 5, rng)
+    want = _run(jit(step), p, s, 4)
+    donated = jit(step, donate_argnums=(0, 1))
+    p, s = funcgrad.device_put(p), funcgrad.device_put(s)
+    p, s, _ = first = donated(p, s)     # the first fused run works on copies of its arguments
+    gone = tree_leaves(first[:2])
+    for _ in range(3):
+        before = [_data(a) for a in tree_leaves((p, s))]
+        p1, s1, v = donated(p, s)
+        assert [_data(a) for a in tree_leaves((p1, s1))] == before
+        assert all(a.is_deleted() for a in tree_leaves((p, s)))
+        p, s = p1, s1
+    for a, b in zip(tree_leaves((p, s, v)), want):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    plan = donated.lower(p, s).compile()
+    assert sorted(plan.program.in_place.values()) == list(range(len(tree_leaves((p, s)))))
+    with pytest.raises(RuntimeError, match=r"donated to jit\(step\)"):
+        np.asarray(gone[1])
+
+
+def test_donated_memory_seen_elsewhere_is_not_written(monkeypatch, rng):
+    # an argument whose memory something else can see (np.asarray of it, the same Array
+    # passed twice, a view) is copied before the call, not written; an argument read after
+    # the kernel that could overwrite it, or returned as it is, is not written either
+    monkeypatch.setenv("FUNCGRAD_CPU_FUSE_AFTER", "0")
+    w = rng.standard_normal((4, 4)).astype(np.float32)
+    x0 = rng.standard_normal((4, 4)).astype(np.float32)
+
+    def f(x, y):
+        return x * 2.0 + y, y * 3.0
+
+    jf = jit(f, donate_argnums=(0, 1))
+    x, y = funcgrad.device_put(x0), funcgrad.device_put(x0 + 1)
+    jf(funcgrad.device_put(x0), funcgrad.device_put(x0))   # compiled; now the steady state
+    held = np.asarray(x)
+    a, b = jf(x, y)
+    np.testing.assert_array_equal(held, x0)
+    np.testing.assert_array_equal(np.asarray(a), x0 * 2 + (x0 + 1))
+    np.testing.assert_array_equal(np.asarray(b), (x0 + 1) * 3)
+    z = funcgrad.device_put(x0)
+    a, b = jit(f, donate_argnums=(0, 1))(z, z)
+    np.testing.assert_array_equal(np.asarray(a), x0 * 3)
+    np.testing.assert_array_equal(np.asarray(b), x0 * 3)
+    flat = funcgrad.device_put(x0.reshape(-1))
+    view = fnp.reshape(flat, (4, 4))
+    a, _ = jf(view, funcgrad.device_put(x0))
+    np.testing.assert_array_equal(np.asarray(flat), x0.reshape(-1))
+    np.testing.assert_array_equal(np.asarray(a), x0 * 3)
+
+    def g(x, y):
+        a = x * 2.0
+        return a, (a @ w) + x, y
+
+    jg = jit(g, donate_argnums=(0, 1))
+    plan = jg.lower(x0, x0).compile()
+    outs = plan.expr.outs   # x * 2 is not written into x (read later); a @ w + x is
+    assert plan.program.in_place == {outs[1]: 0}
+    a, b, c = jg(funcgrad.device_put(x0), funcgrad.device_put(x0 + 1))
+    np.testing.assert_array_equal(np.asarray(a), x0 * 2)
+    np.testing.assert_allclose(np.asarray(b), (x0 * 2) @ w + x0, rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(c), x0 + 1)
+
+
+def test_a_donated_call_that_raises_deletes_the_arguments_it_wrote(monkeypatch):
+    # the kernel has written y into x's memory when the gather raises: x is deleted, with
+    # a message that says why, and the error still names the user's line
+    monkeypatch.setenv("FUNCGRAD_CPU_FUSE_AFTER", "0")
+
+    def f(x, i):
+        y = x * 2.0 + 1.0
+        return y, y[i]
+
+    jf = jit(f, donate_argnums=(0,))
+    jf(funcgrad.device_put(np.ones(4, np.float32)), np.int32(1))
+    x = funcgrad.device_put(np.ones(4, np.float32))
+    with pytest.raises(IndexError, match="test_cpu_engine.py"):
+        jf(x, np.int32(7))
+    with pytest.raises(RuntimeError, match="donated to a jitted call .* that raised"):
+        np.asarray(x)

@@ -75,7 +75,7 @@ class CpuBackend:
 
 
 def _compile(self, expr, consts, donate=()):
-    return CpuPlan(expr, consts)
+    return CpuPlan(expr, consts, donate)
 
 
 CpuBackend.compile = _compile

@@ -4,7 +4,8 @@ Steps come from funcgrad.clustering: a fused elementwise cluster runs as one num
 (cpu_kernels), a matrix product as np.matmul into its buffer, a loop (scan, while_loop, cond) with
 its bodies as programs of their own (cpu_loops), anything else as its numpy impl.
 Every intermediate a kernel or a product writes lives in one arena per plan, at an offset
-given by liveness (cpu_memory); results the caller receives are fresh arrays.
+given by liveness (cpu_memory); results the caller receives are fresh arrays, or the memory of
+donated arguments (jit's donate_argnums) that kernels update in place.
 
 Kernels are compiled when a plan has run FUNCGRAD_CPU_FUSE_AFTER times (default 2: a function
 called once or twice never waits for numba); until then, and for clusters that njit cannot
@@ -18,6 +19,7 @@ import contextlib
 import functools
 import math
 import os
+import sys
 import threading
 import warnings
 
@@ -25,7 +27,7 @@ import numpy as np
 
 from .. import prims as P
 from ..clustering import external_inputs, fusible, plan_steps
-from ..core import FuncgradError, Lit
+from ..core import DeletedBuffer, FuncgradError, Lit
 from ..prims import IndexOutOfRange
 from . import cpu_blas, cpu_kernels, cpu_memory, cpu_ops, cpu_parallel, cpu_rows
 
@@ -56,24 +58,31 @@ def exact_only() -> bool:
 class _Step:
     """One line of the generated function: `kind` is "np" (out = fn(*ins)), "into"
     (fn(*ins, out): a product or a column sum into its buffer), "kernel" or "alias"."""
-    __slots__ = ("kind", "eqn", "outs", "ins", "fn", "extra")
+    __slots__ = ("kind", "eqn", "outs", "ins", "fn", "extra", "cluster", "flat", "stored")
 
     def __init__(self, kind, eqn, outs, ins, fn, extra=None):
         self.kind, self.eqn, self.outs, self.ins, self.fn = kind, eqn, outs, ins, fn
         self.extra = extra
+        # kernels: their cluster, whether they loop flat, outputs stored into an operand
+        self.cluster, self.flat, self.stored = None, False, set()
 
 
 class Program:
     """A generated function plan(args, bufs) for one expression, fused or not."""
 
     def __init__(self, expr, consts, fuse: bool, filename: str = _FILENAME,
-                 blas_held: bool = False):
+                 blas_held: bool = False, donate=()):
         """blas_held: the caller holds OpenBLAS at one thread around every run (a loop over
-        small products, cpu_loops), so small products need not set it each time."""
+        small products, cpu_loops), so small products need not set it each time.
+        donate: indices of arguments given up to the call (jit's donate_argnums); kernels write
+        results into them where they can (`in_place`: result var -> argument index)."""
         self.filename = filename
         known = {v: np.asarray(c) for v, c in zip(expr.in_binders[:expr.n_consts], consts)}
         self.steps = steps = _fold_constants(_steps(expr, fuse, blas_held), known)
         keep = {o for o in expr.outs if not isinstance(o, Lit)}
+        self.in_place = _in_place(steps, expr, keep, donate)
+        # the arguments written in place, checked on every call (CpuPlan._own_donated)
+        self.in_place_args = tuple(sorted(set(self.in_place.values())))
         self.memory = cpu_memory.plan(steps, expr.outs, keep)
         # kernels of its own and of the sub-programs its steps run (a loop's bodies)
         self.kernels = sum(s.kind == "kernel" or getattr(s.fn, "kernels", 0) for s in steps)
@@ -94,6 +103,7 @@ class Program:
         for v in expr.in_binders[expr.n_consts:]:
             name[v] = fresh()
             args.append(name[v])
+        into_arg = {v: args[i] for v, i in self.in_place.items()}
 
         def ref(x):
             if isinstance(x, Lit):
@@ -121,7 +131,9 @@ class Program:
             for v, o in zip(s.outs, outs):
                 if s.kind == "np":
                     continue
-                if v in mem.offsets:
+                if v in into_arg:   # a donated argument's memory (written by the kernel)
+                    here.append(f"{o} = {into_arg[v]}")
+                elif v in mem.offsets:
                     here.append(f"{o} = bufs[{mem.index[v]}]")
                 else:
                     env["s" + o] = (v.aval.shape, v.aval.dtype)
@@ -133,7 +145,8 @@ class Program:
                 here.append(f"{f}({', '.join(call)}, {outs[0]})")
             else:   # kernel: rank-0 operands go by value
                 kin = [f"{a}[()]" if x.aval.ndim == 0 else a for a, x in zip(ins, s.ins)]
-                here.append(f"{f}({', '.join(kin + outs)}{s.extra or ''})")
+                kout = [o for v, o in zip(s.outs, outs) if v not in s.stored]
+                here.append(f"{f}({', '.join(kin + kout)}{s.extra or ''})")
             per_step.append((s, ins, here))
         # locals are dropped after their last read (views keep their base alive themselves)
         last = {}
@@ -229,22 +242,27 @@ class CpuPlan:
 
     Every value lives in a local of the generated function, dropped after its last use; the
     intermediates written by kernels and matrix products sit in the plan's arena, reused
-    across calls (a concurrent second call gets an arena of its own).
+    across calls (a concurrent second call gets an arena of its own). Results of kernels are
+    written into donated arguments (`donate`, jit's donate_argnums) where they can be
+    (Program.in_place), else into fresh arrays.
     """
 
-    def __init__(self, expr, consts):
-        self.expr, self.consts = expr, consts
+    def __init__(self, expr, consts, donate=()):
+        self.expr, self.consts, self.donate = expr, consts, tuple(donate)
         self.calls = 0
         self.out_avals = [o.aval for o in expr.outs]
         self._after = fuse_after()
         self._lock = threading.Lock()
-        self._use(Program(expr, consts, fuse=self._after == 0))
+        self._use(self._program(fuse=self._after == 0))
+
+    def _program(self, fuse):
+        return Program(self.expr, self.consts, fuse=fuse, donate=self.donate)
 
     def _use(self, prog):
         self.program = prog
         self.source, self.line_eqn = prog.source, prog.line_eqn
         # one tuple, read once per call: a call never pairs one program with another's arena
-        self._state = (prog.fn, prog.memory.new_buffers(), prog.memory)
+        self._state = (prog.fn, prog.memory.new_buffers(), prog.memory, prog.in_place_args)
         self._compiling = prog.kernels > 0
 
     @property
@@ -260,7 +278,7 @@ class CpuPlan:
         """Build the fused program now (kernels compile on its first run). Returns fused."""
         self._after = None
         try:
-            prog = Program(self.expr, self.consts, fuse=True)
+            prog = self._program(fuse=True)
         except ImportError:   # no numba: numpy programs only
             return self.fused
         if prog.kernels:
@@ -272,17 +290,22 @@ class CpuPlan:
         self.calls += 1
         if self._after is not None and self.calls > self._after:
             self.fuse()
-        fn, bufs, mem = self._state
+        fn, bufs, mem, own = self._state
         got = self._lock.acquire(blocking=False)
         if not got:   # another thread (or a re-entrant call) holds the arena: use a fresh one
             bufs = mem.new_buffers()
+        bufs_in = [a.buf for a in args]
         try:
             with np.errstate(all="ignore"):
                 if self._compiling:
-                    outs = self._first_run(fn, [a.buf for a in args], bufs)
+                    outs = self._first_run(fn, bufs_in, bufs, own)
                 else:
-                    outs = fn([a.buf for a in args], bufs)
+                    if own:
+                        _own_donated(bufs_in, own)
+                    outs = fn(bufs_in, bufs)
         except (IndexOutOfRange, ValueError) as err:
+            if own:
+                _lose_donated(args, bufs_in, own)
             tb, line = err.__traceback__, None
             while tb is not None:
                 if tb.tb_frame.f_code.co_filename == _FILENAME:
@@ -293,15 +316,22 @@ class CpuPlan:
                 raise
             kind = IndexError if isinstance(err, IndexOutOfRange) else FuncgradError
             raise kind(f"{err}\n  at {e.src}") from None
+        except BaseException:
+            if own:
+                _lose_donated(args, bufs_in, own)
+            raise
         finally:
             if got:
                 self._lock.release()
         return [Array(out, aval, "cpu") for out, aval in zip(outs, self.out_avals)]
 
-    def _first_run(self, fn, bufs_in, bufs):
+    def _first_run(self, fn, bufs_in, bufs, own):
         """The fused program's first run, which compiles its kernels; should numba refuse one
-        (a bug in the generated source), the plan says so and goes back to numpy."""
+        (a bug in the generated source), the plan says so and goes back to numpy (donated
+        arguments are copied for this run, so the numpy program reads them unchanged)."""
         self._compiling = False
+        for i in own:
+            bufs_in[i] = np.array(bufs_in[i], order="C")
         try:
             with compile_quietly():
                 return fn(bufs_in, bufs)
@@ -311,9 +341,51 @@ class CpuPlan:
             warnings.warn(f"funcgrad: a fused CPU kernel failed to compile "
                           f"({type(err).__name__}: {str(err).splitlines()[0]}); this jitted "
                           "function runs its numpy program instead", RuntimeWarning, stacklevel=3)
-            self._use(Program(self.expr, self.consts, fuse=False))
-            fn, _, mem = self._state
+            self._use(self._program(fuse=False))
+            fn, _, mem, _ = self._state
             return fn(bufs_in, mem.new_buffers())
+
+
+def _refs(bufs, i) -> int:
+    return sys.getrefcount(bufs[i])
+
+
+class _Holder:
+    __slots__ = ("buf",)
+
+
+def _alone() -> int:
+    """_refs of an array held only by an Array-like slot and the call's list of buffers."""
+    h = _Holder()
+    h.buf = np.empty(1)
+    return _refs([h.buf], 0)
+
+
+_ALONE = _alone()
+
+
+def _own_donated(bufs, own):
+    """Donated arguments are written in place only when nothing else can see their memory:
+    one that is a view, shares its array with anything (a result of another call held twice,
+    np.asarray of it, the same array passed twice) or is not C-contiguous and aligned is
+    copied first, in `bufs`; a read-only one (device_put's) is made writeable."""
+    for i in own:
+        b = bufs[i]
+        if (type(b) is not np.ndarray or b.base is not None or not b.flags.owndata
+                or not b.flags.c_contiguous or not b.flags.aligned
+                or _refs(bufs, i) > _ALONE + 1):   # + 1: `b`
+            bufs[i] = np.array(b, order="C")
+        elif not b.flags.writeable:
+            b.flags.writeable = True
+
+
+def _lose_donated(args, bufs, own):
+    """A call that raised may have written donated arguments in part: they are deleted."""
+    gone = DeletedBuffer("it was donated to a jitted call (donate_argnums) that raised, "
+                         "after which its memory may hold part of a result")
+    for i in own:
+        if args[i].buf is bufs[i]:
+            args[i].buf = gone
 
 
 # ---------------------------------------------------------------------------------------------
@@ -355,15 +427,7 @@ def _steps(expr, fuse, blas_held=False):
     steps = []
     for kind, s in plain:
         if kind == "kernel":
-            k, fs = cpu_kernels.kernel_for(s)
-            n = math.prod(s.shape) if fs.flat else (s.shape[0] if s.shape else 0)
-            work = math.prod(s.shape) * sum(e.prim.name in cpu_ops.OPS for e in s.eqns)
-            if split is not None and work >= split and n >= 2:
-                steps.append(_Step("kernel", s.eqns[-1], list(s.outputs), fs.inputs,
-                                   _halves(k, n)))
-            else:   # the outer loop's range goes last (rank-0 kernels have none)
-                steps.append(_Step("kernel", s.eqns[-1], list(s.outputs), fs.inputs, k,
-                                   f", 0, {n}" if s.shape else ""))
+            steps.append(_kernel_step(s, split))
             continue
         e = s
         if e.out in folded:   # computed, already transposed, by its transpose's step
@@ -416,6 +480,78 @@ def _steps(expr, fuse, blas_held=False):
         steps.append(_Step("np", e, [e.out], list(e.inputs),
                            functools.partial(fn, **params) if params else fn))
     return steps
+
+
+def _in_place(steps, expr, keep, donate) -> dict:
+    """{result: donated argument index} for the results a kernel writes into the memory of a
+    donated argument (jit's donate_argnums), rebuilding those kernels in `steps`.
+
+    A result qualifies when the same kernel makes it alone, an argument has its shape and
+    dtype, and that argument is not a result itself (nor any view of it), no later step reads
+    it or a view of it, and this kernel reads it only element for element (flat: each element
+    is stored after the iteration's reads) or by value (rank 0). Results take the first such
+    argument in order, as JAX pairs them (a step's (params, state) -> (params, state): each
+    result in its argument's memory). An Adam kernel then streams 7 arrays, not 10 (no fresh
+    results to fetch into the cache). Whether the memory is really the argument's alone is
+    checked per call (CpuPlan._own_donated)."""
+    if not donate:
+        return {}
+    args = expr.in_binders[expr.n_consts:]
+    donated = {args[i]: i for i in donate}
+    roots = {x: frozenset([x]) for x in donated}   # var -> donated arguments it may view
+    last = {}
+    for k, s in enumerate(steps):
+        for x in s.ins:
+            for a in roots.get(x, ()):
+                last[a] = k
+        if s.kind in ("np", "alias") and not (isinstance(s.fn, np.ufunc)
+                                              or getattr(s.fn, "fresh", False)):
+            r = frozenset().union(*[roots.get(x, frozenset()) for x in s.ins])
+            if r:
+                for v in s.outs:
+                    roots[v] = r
+    outs = [o for o in expr.outs if not isinstance(o, Lit)]
+    escaped = frozenset().union(*[roots.get(o, frozenset()) for o in outs])
+    made = {v: k for k, s in enumerate(steps) if s.kind == "kernel"
+            and (s.flat or not s.cluster.shape) for v in s.outs}
+    alias, into = {}, {}   # into: step -> {output position: the operand it is stored into}
+    for v in outs:   # in order, each into the first donated argument that fits (as JAX)
+        k = made.get(v)
+        if k is None or v in alias or outs.count(v) != 1:
+            continue
+        s = steps[k]
+        reads = [x for x in s.ins if not isinstance(x, Lit)]
+        for x, i in donated.items():
+            if (i in alias.values() or x in escaped or x.aval.shape != v.aval.shape
+                    or x.aval.dtype != v.aval.dtype or last.get(x, -1) > k):
+                continue
+            here = any(y is x for y in reads)
+            if last.get(x, -1) == k and (not here or any(
+                    y is not x and x in roots.get(y, ()) for y in reads)):
+                continue   # read here through a view
+            alias[v] = i
+            if here and s.cluster.shape:   # stored into the operand it reads
+                into.setdefault(k, {})[s.outs.index(v)] = x
+            break
+    split = cpu_parallel.split_min_work()
+    for k, at in into.items():
+        steps[k] = _kernel_step(steps[k].cluster, split, at)
+    return alias
+
+
+def _kernel_step(c, split, into=None):
+    """The step running cluster c's kernel (outputs `into` operands: see kernel_for)."""
+    k, fs = cpu_kernels.kernel_for(c, into)
+    n = math.prod(c.shape) if fs.flat else (c.shape[0] if c.shape else 0)
+    work = math.prod(c.shape) * sum(e.prim.name in cpu_ops.OPS for e in c.eqns)
+    if split is not None and work >= split and n >= 2:
+        step = _Step("kernel", c.eqns[-1], list(c.outputs), fs.inputs, _halves(k, n))
+    else:   # the outer loop's range goes last (rank-0 kernels have none)
+        step = _Step("kernel", c.eqns[-1], list(c.outputs), fs.inputs, k,
+                     f", 0, {n}" if c.shape else "")
+    step.cluster, step.flat = c, fs.flat
+    step.stored = {c.outputs[j] for j in fs.into}
+    return step
 
 
 def _sum_of(e):
