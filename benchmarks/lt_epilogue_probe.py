@@ -1,7 +1,7 @@
 """Probe: cuBLASLt epilogues (BIAS, GELU_BIAS, BGRADA, BGRADB) for exact-fp32 GEMMs at W2's
 shapes, against cublasGemmEx (+ a separate bias add / column sum), alone on the GPU.
 
-Usage: python benchmarks/lt_epilogue_probe.py
+Usage: python benchmarks/lt_epilogue_probe.py [--gelu: GELU_AUX_BIAS and DGELU only]
 """
 from __future__ import annotations
 
@@ -164,8 +164,72 @@ def wgrad(K_in, N_out, T=4096):
     print("; ".join(row), flush=True)
 
 
+def _set_ptr(desc, attr, ptr):
+    _set(lt.matmul_desc_set_attribute, desc, attr, ptr, np.uint64)
+
+
+def gelu_aux(M=4096, N=1536, K=384):
+    """Forward fc1: D = gelu_tanh(x w + b) with aux = x w + b (GELU_AUX_BIAS), and backward:
+    D = (dy w2^T) * gelu'(aux) (DGELU), against gemmEx + torch's elementwise, in float64 refs."""
+    D = lt.MatmulDescAttribute
+    x, w = torch.randn(M, K, device="cuda"), torch.randn(K, N, device="cuda") * 0.1
+    b = torch.randn(N, device="cuda")
+    out, aux = torch.empty(M, N, device="cuda"), torch.empty(M, N, device="cuda")
+    a64 = x.double() @ w.double() + b.double()
+    g64 = torch.nn.functional.gelu(a64, approximate="tanh")
+    t_ex = timed(lambda: gemm_ex(0, 0, N, M, K, w, N, x, K, out, N))
+    t_el = timed(lambda: torch.nn.functional.gelu(out + b, approximate="tanh"))
+    p, cnt = lt_plan(0, 0, N, M, K, N, K, N, E.GELU_AUX_BIAS, b.data_ptr())
+    if p is None or not cnt:
+        print(f"GELU_AUX_BIAS: none ({cnt})", flush=True)
+        return
+    _set_ptr(p[0], D.EPILOGUE_AUX_POINTER, aux.data_ptr())
+    _set(lt.matmul_desc_set_attribute, p[0], D.EPILOGUE_AUX_LD, N, np.int64)
+    ts = [timed(lambda i=i: run_lt(p, i, w, x, out)) for i in range(cnt)]
+    run_lt(p, int(np.argmin(ts)), w, x, out)
+    torch.cuda.synchronize()
+    ours = torch.nn.functional.gelu(x @ w + b, approximate="tanh")
+    e_lt = float(((out.double() - g64).abs() / (g64.abs() + 1e-3)).max())
+    e_th = float(((ours.double() - g64).abs() / (g64.abs() + 1e-3)).max())
+    e_aux = float(((aux.double() - a64).abs()).max())
+    print(f"fwd GELU_AUX_BIAS {M}x{N}x{K}: {min(ts):.1f} us (first {ts[0]:.1f}) against gemmEx "
+          f"{t_ex:.1f} + bias-gelu {t_el:.1f}; err (|d|/(|ref|+1e-3)) lt {e_lt:.1e} torch fp32 "
+          f"{e_th:.1e}; aux abs err {e_aux:.1e}", flush=True)
+    # backward: dg = dy w2^T (M x N) -> da = dg * gelu'(a), with w2 (N x K2)
+    dy, w2 = torch.randn(M, K, device="cuda"), torch.randn(N, K, device="cuda") * 0.1
+    da = torch.empty(M, N, device="cuda")
+    dg64 = dy.double() @ w2.double().T
+    a_ = a64.clone().requires_grad_(True)
+    torch.nn.functional.gelu(a_, approximate="tanh").backward(dg64)
+    da64 = a_.grad
+    # row-major dg = dy @ w2^T: column-major m = N, n = M, k = K; A = w2 (K x N col-major...)
+    t_ex2 = timed(lambda: gemm_ex(1, 0, N, M, K, w2, K, dy, K, da, N))
+    p2, cnt2 = lt_plan(1, 0, N, M, K, K, K, N, E.DGELU, 0)
+    if p2 is None or not cnt2:
+        print(f"DGELU: none ({cnt2})", flush=True)
+        return
+    _set_ptr(p2[0], D.EPILOGUE_AUX_POINTER, aux.data_ptr())
+    _set(lt.matmul_desc_set_attribute, p2[0], D.EPILOGUE_AUX_LD, N, np.int64)
+    ts2 = [timed(lambda i=i: run_lt(p2, i, w2, dy, da)) for i in range(cnt2)]
+    run_lt(p2, int(np.argmin(ts2)), w2, dy, da)
+    torch.cuda.synchronize()
+    ref_scale = da64.abs() + 1e-3 * da64.abs().max()
+    e2 = float(((da.double() - da64).abs() / ref_scale).max())
+    dg = dy @ w2.T
+    a32 = aux.clone().requires_grad_(True)
+    torch.nn.functional.gelu(a32, approximate="tanh").backward(dg)
+    e2t = float(((a32.grad.double() - da64).abs() / ref_scale).max())
+    t_el2 = timed(lambda: torch.ops.aten.gelu_backward(dg, a32, approximate="tanh"))
+    print(f"bwd DGELU {M}x{N}x{K}: {min(ts2):.1f} us (first {ts2[0]:.1f}) against gemmEx "
+          f"{t_ex2:.1f} + gelu bwd {t_el2:.1f}; err lt {e2:.1e} torch fp32 {e2t:.1e}",
+          flush=True)
+
+
 if __name__ == "__main__":
     torch.backends.cuda.matmul.allow_tf32 = False
+    if "--gelu" in __import__("sys").argv:
+        gelu_aux()
+        raise SystemExit
     for s in ((4096, 1152, 384), (4096, 384, 384), (4096, 1536, 384), (4096, 384, 1536)):
         forward(*s)
     for s in ((384, 1152), (384, 384), (384, 1536), (1536, 384)):

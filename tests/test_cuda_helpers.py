@@ -31,3 +31,23 @@ def test_integer_division_helpers_are_exact_at_the_top_of_the_range(ct):
             want_q += 1 if want_q < 0 and want_q * int(y) != int(x) else 0   # C's truncation
             assert int(q) == want_q and int(r) == int(x) - want_q * int(y)
     assert int(idiv(xs[0], np.asarray(0, ct)[()])) == 0
+
+
+def test_numpy_typing_loads_without_scipy_and_leaves_scipy_importable():
+    # runtime.load() loads numba-cuda's numpy typing with scipy.linalg hidden (its import cost
+    # 0.3-0.46 s of a warm first call); afterwards the hook is gone and scipy imports normally
+    import subprocess
+    import sys
+    code = (
+        "import sys\n"
+        "from funcgrad.cuda import runtime\n"
+        "runtime._numpy_typing_without_scipy()\n"
+        "assert 'numba.cuda.np.arraymath' in sys.modules\n"
+        "assert 'scipy.linalg' not in sys.modules\n"
+        "from funcgrad.cuda.compile_worker import NoScipy\n"
+        "assert NoScipy not in sys.meta_path\n"
+        "import scipy.linalg\n"
+        "print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
+                         timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

@@ -42,8 +42,32 @@ def load():
         SIM = bool(config.ENABLE_CUDASIM)
         if SIM:
             _lock_simulated_shared_arrays()
+        else:   # processes sharing the kernel cache compile each kernel signature once
+            from .compile_worker import share_compiles
+            share_compiles()
+            _numpy_typing_without_scipy()
         _cuda = cuda
     return _cuda
+
+
+def _numpy_typing_without_scipy():
+    """Load numba-cuda's numpy-array typing now, hiding scipy.linalg if not imported yet.
+
+    numba-cuda loads it with the first kernel it compiles or loads from disk, and it imports
+    scipy.linalg then only to learn whether a host BLAS exists for np.dot-style code (0.46 s of
+    W2's 2.1 s first call on a warm kernel cache, H200 host, 2026-11-24). funcgrad's kernels
+    never use it and the disk cache does not depend on it (the compile server skips it the same
+    way); scipy stays importable afterwards."""
+    if "scipy.linalg.cython_blas" in sys.modules or "numba.cuda.np.arraymath" in sys.modules:
+        return   # nothing to save (numba's CPU typing may have imported scipy's top already)
+    from .compile_worker import NoScipy
+    sys.meta_path.insert(0, NoScipy)
+    try:
+        import numba.cuda.np.arraymath  # noqa: F401
+    except ImportError:   # a numba-cuda laid out otherwise: it loads what it needs later
+        pass
+    finally:
+        sys.meta_path.remove(NoScipy)
 
 
 def _lock_simulated_shared_arrays():
