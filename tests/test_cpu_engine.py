@@ -263,6 +263,24 @@ def test_adaptive_looks_back_soon_after_a_single_stall():
     assert ad.best == 0
 
 
+def test_adaptive_looks_back_soon_after_a_few_slow_runs():
+    # runs 2-4x slower (no single stall) blended into the best way's average switch to the
+    # other way; the first way is retried within 8 calls, not after its long-grown interval
+    cost = [1.0, 2.0]
+    ad, used = _adaptive(cost)
+    for _ in range(600):
+        ad()
+    assert ad.best == 0 and ad.explore >= 128
+    cost[0] = 3.5
+    while ad.best == 0:
+        ad()
+    cost[0] = 1.0
+    used.clear()
+    for _ in range(12):
+        ad()
+    assert 0 in used[:9] and used[-3:] == [0, 0, 0] and ad.best == 0
+
+
 def test_chunks_run_once_each_without_waiting_for_a_late_helper_and_raise():
     import os as _os
     from funcgrad.backends.cpu_parallel import Pair, bounds

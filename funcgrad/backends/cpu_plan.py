@@ -362,6 +362,7 @@ def _alone() -> int:
 
 
 _ALONE = _alone()
+_OWN = 0x1 | 0x4 | 0x100   # numpy's flag bits: C-contiguous, owns its data, aligned
 
 
 def _own_donated(bufs, own):
@@ -371,8 +372,7 @@ def _own_donated(bufs, own):
     copied first, in `bufs`; a read-only one (device_put's) is made writeable."""
     for i in own:
         b = bufs[i]
-        if (type(b) is not np.ndarray or b.base is not None or not b.flags.owndata
-                or not b.flags.c_contiguous or not b.flags.aligned
+        if (type(b) is not np.ndarray or b.flags.num & _OWN != _OWN
                 or _refs(bufs, i) > _ALONE + 1):   # + 1: `b`
             bufs[i] = np.array(b, order="C")
         elif not b.flags.writeable:
