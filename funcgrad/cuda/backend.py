@@ -24,6 +24,7 @@ class CudaBackend:
                                + unavailable_reason())
         self._cuda = cuda
         self.pool = arrays.pool()
+        runtime.warm_up_in_background()
 
     # host <-> device ------------------------------------------------------------------------
 
