@@ -5,10 +5,17 @@ parent passes its device's compute capability, the server patches the four place
 numba-cuda asks the driver for it (the kernel's target arch, the code library's arch, the disk
 cache's index key, binding the kernel to a context) and compiles to a cubin with NVVM and
 nvJitLink, neither of which needs a device; the cache entry it writes (index key, pickled kernel
-with its cubin) is the one numba writes in a process with a context, so the parent loads it. (A worker's context took
-0.4 s alone and 2.2 s with 16 at once on an H200 host: the contexts queue.) After importing
-numba it compiles a tiny kernel (typing, libdevice, NVVM and nvJitLink loaded once), then forks
-one child per kernel group: every child starts warm, in milliseconds, with no import of its own.
+with its cubin) is the one numba writes in a process with a context, so the parent loads it.
+(A worker's context took 0.4 s alone and 2.2 s with 16 at once on an H200 host: the contexts
+queue.) After importing numba it compiles a tiny kernel (typing, libdevice, NVVM and nvJitLink
+loaded once), then forks one child per kernel group: every child starts warm, in milliseconds,
+with no import of its own.
+
+`share_compiles` (installed here and by funcgrad.cuda.runtime in every process with a GPU) makes
+processes that share the kernel cache compile each kernel signature once: a per-signature file
+lock beside numba's cache index is held while compiling, and a process that finds it taken
+waits, then loads the entry the other wrote (16 pytest workers, or the ranks of a host, would
+otherwise each compile the same kernels at the same time).
 
 Protocol (stdin: length-prefixed pickles; stdout: one JSON object a line, children's lines
 written with one os.write each, which a pipe keeps whole): the server prints {"ready": seconds}
@@ -34,6 +41,79 @@ import time
 import traceback
 
 PHASES = {"nvvm": 0.0, "link": 0.0}   # this process's seconds in NVVM and in the linker
+LOCK_WAIT = 300.0   # seconds a process waits for another's compile before compiling it itself
+
+
+def _lock_path(disp, sig):
+    """The lock file of one signature of a disk-cached kernel (beside numba's cache index), or
+    None (not disk-cached, already compiled here, a specialized kernel)."""
+    if getattr(disp, "specialized", False) or (isinstance(sig, tuple)
+                                               and sig in disp.overloads):
+        return None
+    try:
+        index = disp._cache._cache_file._index_path
+    except AttributeError:   # numba's NullCache: nothing shared on disk
+        return None
+    import hashlib
+    return f"{index}.{hashlib.sha1(str(sig).encode()).hexdigest()[:16]}.lock"
+
+
+def _acquire(fd) -> None:
+    """Take the exclusive lock on `fd`, polling, for at most LOCK_WAIT seconds."""
+    import fcntl
+    deadline, pause = time.monotonic() + LOCK_WAIT, 0.002
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                return   # a compile that never ends elsewhere: compile here regardless
+            time.sleep(pause)
+            pause = min(0.02, pause * 2)
+
+
+def shared(compile_fn):
+    """`compile_fn` (CUDADispatcher.compile) made to hold a per-signature file lock across
+    processes: of the processes that share a kernel cache and need one kernel signature at the
+    same time (test workers, the ranks of a host, a compile server's children), one compiles it
+    and writes numba's cache entry while the others wait, then load that entry. The lock is
+    released with its file descriptor, so a process that dies releases it too."""
+    if getattr(compile_fn, "_funcgrad_shared", False):
+        return compile_fn
+
+    def compile(self, sig):
+        path = _lock_path(self, sig)
+        if path is None:
+            return compile_fn(self, sig)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError:   # a read-only cache directory: numba will not write there either
+            return compile_fn(self, sig)
+        try:
+            _acquire(fd)
+            return compile_fn(self, sig)
+        finally:
+            os.close(fd)
+    compile._funcgrad_shared = True
+    compile.__doc__ = compile_fn.__doc__
+    return compile
+
+
+def share_compiles() -> None:
+    """Make numba-cuda's kernels compile each disk-cached signature once across the processes
+    of a host (`shared`); without fcntl (Windows) or under the simulator, nothing changes."""
+    try:
+        import fcntl  # noqa: F401
+    except ImportError:
+        return
+    from numba.cuda.core import config
+    if config.ENABLE_CUDASIM:
+        return
+    from numba.cuda.dispatcher import CUDADispatcher
+    if not CUDADispatcher.__dict__.get("_funcgrad_shared"):   # once, whoever wraps it later
+        CUDADispatcher.compile = shared(CUDADispatcher.compile)
+        CUDADispatcher._funcgrad_shared = True
 
 
 def _timed(fn, phase):
@@ -231,6 +311,7 @@ def main() -> None:
     opts = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
     warm, context = 0.0, False
     if not config.ENABLE_CUDASIM:
+        share_compiles()
         if not (opts.get("cc") and no_context(opts["cc"])):
             cuda.current_context()   # numba asks the driver, as in any process
             context = True
