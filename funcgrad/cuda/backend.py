@@ -2,14 +2,51 @@
 synchronize), plus exports for __cuda_array_interface__ and DLPack."""
 from __future__ import annotations
 
+import atexit
 import os
+import threading
 
 import numpy as np
 
-from . import arrays, runtime
+from . import arrays, blas, runtime
 from .arrays import DeviceBuffer, c_strides
 from .elementwise import contiguous
 from .lowering import lower
+
+
+_warming = []   # the background warm-up thread, once started
+
+
+def warm_up_in_background() -> None:
+    """Start loading, on a daemon thread, what a first jit call on the GPU would otherwise load
+    on its own path: numba-cuda's typing and lowering registries (done at the first kernel it
+    compiles or loads from disk) and the cuBLAS bindings (nvmath-python's import). Called when
+    the CUDA backend starts, so a script's set-up (data, parameters) overlaps it; on W2 the two
+    took ~0.35 and ~0.33 s of the first call on a warm kernel cache (H200 host, 2026-11-24).
+    Both happen under the locks their first use takes (numba's compiler lock, blas._load's),
+    so a first call arriving meanwhile waits for them instead of doing them twice. A failure
+    here is left for that first use to meet and report."""
+    if runtime.SIM or _warming:
+        return
+
+    def work():
+        try:
+            from numba.cuda.core.compiler_lock import global_compiler_lock
+            from numba.cuda.descriptor import cuda_target
+            with global_compiler_lock:
+                cuda_target.typing_context.refresh()
+                cuda_target.target_context.refresh()
+        except Exception:   # noqa: BLE001, S110 - the first kernel load meets it again
+            pass
+        try:
+            blas.available(np.float32)
+        except Exception:   # noqa: BLE001, S110 - blas._load reports it where it is used
+            pass
+
+    t = threading.Thread(target=work, name="funcgrad-cuda-warm-up", daemon=True)
+    _warming.append(t)
+    t.start()
+    atexit.register(t.join, 10.0)   # a script that ends at once lets the imports finish first
 
 
 class CudaBackend:
@@ -24,7 +61,7 @@ class CudaBackend:
                                + unavailable_reason())
         self._cuda = cuda
         self.pool = arrays.pool()
-        runtime.warm_up_in_background()
+        warm_up_in_background()
 
     # host <-> device ------------------------------------------------------------------------
 
