@@ -13,7 +13,6 @@ from .arrays import DeviceBuffer, c_strides
 from .elementwise import contiguous
 from .lowering import lower
 
-
 _warming = []   # the background warm-up thread, once started
 
 
