@@ -7,10 +7,15 @@ loading the kernel, on a cold cache), registers and local memory per thread, GPU
 (CUPTI, 20 calls), TFLOP/s on the causal work, and the largest difference from the first
 configuration's result. --compare times dq + dkv against bwd (default configurations) over
 shape classes (causal or not, long rows, head dims 32-128, grouped-query heads, few blocks).
+--peers: in the same process, cuBLAS fp32 GEMM rates (torch, TF32 off: attention's own product
+shape, W2's MLP product, a large square) and torch's fp32 SDPA (math and memory-efficient
+backends) forward and forward + backward at the same shape, by the same CUPTI clock.
+FLOPs count the causal half of each T x S product: 2 * B * N * T * S * H / 2 per GEMM-sized
+product (forward 2 products, backward 5), diagonal tiles' masked half not counted.
 One JSON line per figure.
 
 Usage: python benchmarks/bench_attention_simt.py [B N T H] [--modes fwdl,delta,dq,dkv,bwd]
-       [--candidates MODES (the modes whose candidates run; default all)] [--compare]
+       [--candidates MODES (the modes whose candidates run; default all)] [--compare] [--peers]
 """
 from __future__ import annotations
 
@@ -28,23 +33,17 @@ import funcgrad
 
 # candidates (BR, BC, TY, TX[, VEC, U[, PF]]) besides the defaults; see attention_src.py
 CANDIDATES = {
-    "fwdl": [(64, 32, 16, 8), (64, 32, 16, 8, 0, 8), (64, 32, 16, 8, 0, 16), (64, 32, 16, 8, 1, 8),
-             (64, 32, 32, 8, 0, 8), (64, 32, 32, 8, 1, 8), (64, 32, 16, 16, 0, 8),
-             (64, 32, 16, 16, 1, 8), (64, 32, 32, 16, 0, 8), (32, 32, 16, 8, 0, 8),
-             (32, 32, 8, 16, 0, 8), (64, 32, 8, 8, 1, 8), (32, 64, 8, 8, 1, 8),
-             (64, 32, 32, 8, 0, 8, 1), (64, 32, 16, 8, 0, 8, 1)],
-    "delta": [(64, 32, 16, 8), (64, 32, 16, 8, 1, 8), (32, 32, 8, 8, 0, 8), (64, 32, 32, 8, 0, 8)],
-    "dq": [(32, 32, 8, 8), (32, 32, 8, 8, 0, 8), (32, 32, 8, 8, 1, 8), (32, 32, 16, 8, 0, 8),
-           (32, 32, 16, 8, 1, 8), (32, 32, 8, 16, 0, 8), (32, 32, 8, 16, 1, 8),
-           (32, 32, 16, 16, 0, 8), (16, 32, 8, 8, 0, 8), (16, 32, 4, 16, 0, 8),
-           (32, 32, 4, 8, 1, 8), (32, 32, 16, 8, 0, 8, 1), (32, 32, 16, 16, 0, 8, 1)],
-    "dkv": [(32, 32, 8, 8), (32, 32, 8, 8, 0, 8), (32, 32, 8, 8, 1, 8), (32, 32, 16, 8, 0, 8),
-            (32, 32, 16, 8, 1, 8), (32, 32, 8, 16, 0, 8), (32, 32, 8, 16, 1, 8),
-            (32, 32, 16, 16, 0, 8), (16, 32, 8, 8, 0, 8), (16, 32, 4, 16, 0, 8),
-            (32, 32, 4, 8, 1, 8), (32, 32, 16, 8, 0, 8, 1), (32, 32, 16, 16, 0, 8, 1)],
-    # measured slower at W2 (2026-11-24): (32, 32, 16, 8, 0, 8) +8%, (32, 32, 16, 16, 1, 8)
-    # +33%, prefetching (32, 32, 16, 8, 1, 8, 1) +81% (255 registers, spills)
-    "bwd": [(32, 32, 16, 8, 1, 8), (32, 32, 8, 8, 1, 8), (32, 32, 16, 8, 1, 4)],
+    "fwdl": [(64, 32, 32, 8, 0, 8, 1, 0, 2), (64, 32, 32, 8, 0, 8, 1, 0, 4),
+             (64, 32, 16, 16, 1, 8), (64, 32, 16, 16, 1, 8, 0, 3),
+             (64, 32, 16, 16, 1, 8, 0, 3, 4), (64, 32, 16, 16, 1, 8, 0, 0, 4),
+             (64, 32, 32, 8, 0, 8, 0, 3), (64, 32, 16, 8, 1, 8, 0, 0, 4),
+             (64, 32, 32, 8, 1, 8, 1, 0, 4)],
+    "delta": [],
+    "dq": [(32, 32, 8, 16, 0, 8), (32, 32, 8, 8, 1, 8), (32, 32, 16, 8, 1, 8)],
+    "dkv": [(32, 32, 16, 8, 1, 8), (32, 32, 8, 8, 1, 8), (32, 32, 8, 16, 1, 8)],
+    "bwd": [(32, 32, 8, 16, 1, 8), (32, 32, 8, 16, 1, 4, 0, 5, 4), (32, 32, 8, 16, 1, 4, 0, 0, 8),
+            (32, 32, 8, 16, 1, 8, 0, 0, 4), (32, 32, 8, 16, 1, 8, 0, 5, 4),
+            (32, 32, 16, 8, 1, 4, 0, 0, 4)],
 }
 
 
@@ -175,8 +174,52 @@ def _stats(q, k, v, w, scale, causal):
     return _stats_impl(q, k, flat[:q.size].reshape(q.shape), w, scale=scale, causal=causal)
 
 
+def peers(b, n, t, h, fwd_flop):
+    """cuBLAS fp32 GEMM rates and torch's fp32 SDPA at attention's shape (GPU time, CUPTI)."""
+    import torch
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    emit(what="device", name=torch.cuda.get_device_name(),
+         utc=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), torch=torch.__version__)
+    gen = torch.Generator("cuda").manual_seed(0)
+
+    def rnd(*shape):
+        return torch.randn(*shape, device="cuda", generator=gen)
+    for name, (bb, m, kk, nn) in {"bmm_qk_shape": (b * n, t, h, t),
+                                  "bmm_pv_shape": (b * n, t, t, h),
+                                  "w2_mlp": (1, b * t, 384, 1536),
+                                  "w2_qkv": (1, b * t, 384, 1152),
+                                  "square_4096": (1, 4096, 4096, 4096)}.items():
+        x, y = rnd(bb, m, kk), rnd(bb, kk, nn)
+        ms = _gpu_ms(lambda x=x, y=y: torch.bmm(x, y), 20)
+        emit(what="sgemm", shape=[bb, m, kk, nn], name=name, value_ms=ms,
+             tflops=2 * bb * m * kk * nn / ms / 1e9)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    q, k, v, w = (rnd(b, n, t, h) for _ in range(4))
+    qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
+    for be in (SDPBackend.MATH, SDPBackend.EFFICIENT_ATTENTION):
+        with sdpa_kernel(be):
+            def fwd():
+                with torch.no_grad():
+                    sdpa(q, k, v, is_causal=True)
+
+            def step():
+                qg.grad = kg.grad = vg.grad = None
+                (sdpa(qg, kg, vg, is_causal=True) * w).sum().backward()
+            try:
+                fwd(), step()
+                ms_f, ms_s = _gpu_ms(fwd, 20), _gpu_ms(step, 20)
+            except RuntimeError as e:
+                emit(what="torch_sdpa", backend=be.name, error=repr(e)[:200])
+                continue
+        emit(what="torch_sdpa", backend=be.name, fwd_ms=ms_f, fwd_bwd_ms=ms_s,
+             bwd_ms=ms_s - ms_f, fwd_tflops=2 * fwd_flop / 2 / ms_f / 1e9,
+             bwd_tflops=5 * fwd_flop / 2 / (ms_s - ms_f) / 1e9)
+
+
 def main(b=16, n=6, t=256, h=64, modes=("fwdl", "delta", "dq", "dkv", "bwd"),
-         candidates=None, shapes=False):
+         candidates=None, shapes=False, with_peers=False):
     rng = np.random.default_rng(0)
     q, k, v, w = (rng.standard_normal((b, t, n, h)).astype(np.float32) for _ in range(4))
     fwd_flop = 4 * b * n * t * t * h / 2          # two GEMMs, causal half
@@ -184,6 +227,8 @@ def main(b=16, n=6, t=256, h=64, modes=("fwdl", "delta", "dq", "dkv", "bwd"),
     x = funcgrad.device_put(np.ones(4, np.float32), "cuda")   # context and compiler warm
     np.asarray(x + 1)
     sweep(q, k, v, w, fwd_flop, modes, candidates)
+    if with_peers:
+        peers(b, n, t, h, fwd_flop)
     if shapes:
         compare()
 
@@ -194,6 +239,7 @@ if __name__ == "__main__":
     ap.add_argument("--modes", default="fwdl,delta,dq,dkv,bwd")
     ap.add_argument("--candidates", default=None)
     ap.add_argument("--compare", action="store_true")
+    ap.add_argument("--peers", action="store_true")
     a = ap.parse_args()
-    main(*a.dims, modes=a.modes.split(","), shapes=a.compare,
+    main(*a.dims, modes=a.modes.split(","), shapes=a.compare, with_peers=a.peers,
          candidates=None if a.candidates is None else a.candidates.split(","))

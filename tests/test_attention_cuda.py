@@ -85,13 +85,19 @@ def test_kernels_match_numpy_drawn_shapes(top, b, t, s, kh, g, hf, hvf, causal, 
 
 # every kernel under configurations other than the default: the VEC layout (contiguous
 # register tiles over rows padded for float4 reads), other loads-in-flight counts, prefetched
-# streamed tiles (PF) and tile shapes (forced on the simulator's tiny shapes as on the GPU);
+# streamed tiles (PF), launch bounds (MB), k-loops of UK steps (lengths rounded up) and tile
+# shapes (forced on the simulator's tiny shapes as on the GPU);
 # partial tiles, GQA, strided query heads
-_FORCED = ([(4, 4, 2, 2, 1, 4), (8, 4, 2, 2, 1, 2, 1), (4, 8, 2, 2, 1, 3), (8, 8, 2, 4, 0, 2, 1)]
+_FORCED = ([(4, 4, 2, 2, 1, 4), (8, 4, 2, 2, 1, 2, 1), (4, 8, 2, 2, 1, 3), (8, 8, 2, 4, 0, 2, 1),
+            (8, 8, 2, 2, 1, 2, 0, 0, 4), (4, 4, 2, 2, 0, 4, 1, 0, 2)]
            if _sim() else [(64, 32, 16, 8), (32, 32, 8, 8), (64, 32, 16, 16, 1, 8),
-                           (32, 32, 8, 16, 1, 8), (32, 32, 16, 8, 0, 8, 1), (32, 64, 8, 8, 1, 8)])
-_FORCED_SHAPES = ([(1, 5, 6, 1, 2, 3, 2, True), (2, 4, 3, 2, 1, 2, 3, False)] if _sim() else
-                  [(2, 70, 75, 2, 2, 64, 64, True), (1, 33, 40, 1, 3, 40, 24, False)])
+                           (32, 32, 8, 16, 1, 8), (32, 32, 16, 8, 0, 8, 1), (32, 64, 8, 8, 1, 8),
+                           (64, 32, 16, 16, 1, 8, 0, 3, 4), (32, 32, 8, 16, 1, 4, 0, 5, 4),
+                           (32, 32, 8, 8, 0, 4, 1, 0, 2)])
+_FORCED_SHAPES = ([(1, 5, 6, 1, 2, 3, 2, True), (2, 4, 3, 2, 1, 2, 3, False),
+                   (1, 3, 5, 1, 1, 5, 1, True)] if _sim() else
+                  [(2, 70, 75, 2, 2, 64, 64, True), (1, 33, 40, 1, 3, 40, 24, False),
+                   (1, 37, 37, 1, 2, 1, 3, True)])
 
 
 @pytest.mark.parametrize("cfg", _FORCED, ids=str)

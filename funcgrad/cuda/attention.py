@@ -10,6 +10,8 @@ float64; summation orders are fixed, so results are deterministic.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from . import attention_src as AS
@@ -21,10 +23,12 @@ from .elementwise import compute_t, contiguous, fill
 
 def _pad_dim(h, hv):
     """The padded head dim D baked into a kernel (its output registers): a power of two >= 16
-    on the GPU, the next multiple of the lane count under the simulator."""
+    on the GPU, under the simulator the next multiple of the lane count and of the k-loop step
+    (UK)."""
     m = max(h, hv, 1)
     if runtime.SIM:
-        tx = AS.SIM_CONFIG[3]
+        cfg = AS.full_config(AS.SIM_CONFIG)
+        tx = math.lcm(cfg[3], cfg[8])
         return -(-m // tx) * tx
     d = 16
     while d < m:

@@ -8,13 +8,17 @@ memory: each k-step loads MI + NJ values for MI*NJ FMAs. Tiles live in shared me
 ([head dim][row]). By default a thread's rows are ty + TY*i and its columns tx + TX*j, with row
 stride R + 1, so row reads, column reads and the coalesced loads from global memory are all free
 of bank conflicts. VEC configurations give a thread contiguous rows ty*MI + i and columns
-tx*NJ + j over rows padded to R + 4 words (16-byte aligned), so NVVM merges the GEMM loops'
-reads into float4 / float2 loads; their tile loads map a warp onto 8 head dims x 4 rows so the
-transposed stores stay conflict-free. U sets the global loads in flight per operand; PF
-prefetches the next streamed tile into registers while the current one is multiplied. Only the
-tile constants (BR, BC, TY, TX, VEC, U, PF) and the padded head dim D (a power of two; outputs
-in registers) are baked in; head dims, lengths, strides and causality are runtime arguments, so
-loops stay loops and a kernel compiles in about two seconds. Row max/sum across a row's TX
+tx*NJ + j over rows padded to R + 4 words (16-byte aligned), read as float4 / float2 loads
+(attention_ld.ld4 / ld2: NVVM merged scalar reads only outside the loops, where it could prove
+their alignment); their tile loads map a warp onto 8 head dims x 4 rows so the transposed stores
+stay conflict-free. U sets the global loads in flight per operand; PF prefetches the next
+streamed tile into registers while the current one is multiplied; MB (> 0) asks for MB blocks
+per SM (launch bounds: ptxas caps registers); UK (> 1) runs the product loops UK steps per
+iteration (lengths rounded up to a multiple of UK: every tile is zero past its lengths), so the
+loads of UK steps are in flight together. Only the tile constants (BR, BC, TY, TX, VEC, U, PF,
+MB, UK) and the padded head dim D (a power of two; outputs in registers) are baked in; head
+dims, lengths, strides and causality are runtime arguments, so loops stay loops and a kernel
+compiles in about two seconds. Row max/sum across a row's TX
 lanes use warp shuffles (shared memory under the simulator); all orders are fixed, so results
 are deterministic. The merged backward ('bwd': dkv plus each key tile's dQ partial, summed by
 'dqsum') calls its five products through two device functions that numba types once and NVVM
@@ -27,9 +31,10 @@ import math
 from .elementwise import compute_t, nbt
 
 SMEM_WORDS_BYTES = 48 * 1024
-# (BR, BC, TY, TX[, VEC, U]) in order of preference; the first whose shared memory fits is used.
-# VEC 1: contiguous register tiles (rows ty * MI + i, columns tx * NJ + j) over tiles padded to a
-# multiple of four words, so the GEMM loops read float4s; U: global loads in flight per operand
+# (BR, BC, TY, TX[, VEC, U[, PF[, MB[, UK]]]]) in order of preference; the first whose shared
+# memory fits is used. VEC 1: contiguous register tiles (rows ty * MI + i, columns tx * NJ + j)
+# over tiles padded to a multiple of four words, so the GEMM loops read float4s; U: global loads
+# in flight per operand; PF, MB, UK: the module docstring
 GPU_CONFIGS = {   # the first of each: fastest at W2's shapes on an H200 (bench_attention_simt)
     "fwd": [(64, 32, 32, 8, 0, 8, 1), (64, 32, 16, 8), (32, 32, 8, 8), (16, 16, 8, 8),
             (8, 8, 4, 4)],
@@ -39,15 +44,15 @@ GPU_CONFIGS = {   # the first of each: fastest at W2's shapes on an H200 (bench_
     "dq": [(32, 32, 8, 16, 0, 8), (32, 32, 8, 8), (16, 16, 8, 8), (8, 8, 4, 4)],
     "dkv": [(32, 32, 16, 8, 1, 8), (32, 32, 8, 8), (16, 16, 8, 8), (8, 8, 4, 4)],
     # the merged backward (dkv's work plus the dQ partials dS K); BR == BC
-    "bwd": [(32, 32, 8, 16, 1, 8), (32, 32, 8, 8), (16, 16, 8, 8), (8, 8, 4, 4)],
+    "bwd": [(32, 32, 8, 16, 1, 4, 0, 0, 4), (32, 32, 8, 8), (16, 16, 8, 8), (8, 8, 4, 4)],
 }
 GPU_CONFIGS["fwdl"] = GPU_CONFIGS["fwd"]       # the forward that also writes the logsumexp
 SIM_CONFIG = (4, 4, 2, 2)   # the simulator: 4 threads, 2 x 2 registers, every path on tiny shapes
 
 
 def full_config(cfg):
-    """(BR, BC, TY, TX, VEC, U, PF) of a 4-, 6- or 7-tuple configuration."""
-    return tuple(cfg) + (0, 4, 0)[len(cfg) - 4:]
+    """(BR, BC, TY, TX, VEC, U, PF, MB, UK) of a 4- or 6- to 9-tuple configuration."""
+    return tuple(cfg) + (0, 4, 0, 0, 1)[len(cfg) - 4:]
 
 
 def smem_words(mode, D, BR, BC, pad=1):
@@ -63,7 +68,7 @@ def smem_words(mode, D, BR, BC, pad=1):
 
 def config_words(mode, D, cfg):
     """Shared-memory words of `cfg` (any configuration tuple) for `mode` at head dim D."""
-    BR, BC, _, _, vec, _, _ = full_config(cfg)
+    BR, BC, _, _, vec = full_config(cfg)[:5]
     return smem_words(mode, D, BR, BC, 4 if vec else 1)
 
 
@@ -84,8 +89,11 @@ def _operand(name):
 class _Gen:
     def __init__(self, mode, dtype, st_dtype, D, cfg, sim):
         self.mode, self.D, self.sim = mode, D, sim
-        self.BR, self.BC, self.TY, self.TX, self.vec, self.U, self.PF = full_config(cfg)
+        (self.BR, self.BC, self.TY, self.TX, self.vec, self.U, self.PF, self.MB,
+         self.UK) = full_config(cfg)
         self.MI, self.NJ = self.BR // self.TY, self.BC // self.TX
+        if self.BR % self.UK or self.BC % self.UK or D % self.UK:
+            raise ValueError(f"attention: UK {self.UK} does not divide the tiles of {cfg}, {D}")
         self.OC = D // self.TX
         self.NT = self.TY * self.TX
         self.P = 4 if self.vec else 1   # tile row padding (words)
@@ -104,6 +112,27 @@ class _Gen:
 
     def emit(self, ind, *lines):
         self.L += [("    " * ind) + x for x in lines]
+
+    def kloop(self, ind, var, klen, body):
+        """for var in range(klen): body; UK > 1: UK steps per iteration (klen rounded up to a
+        multiple of UK: the tiles past every length are zero)."""
+        if self.UK == 1:
+            self.emit(ind, f"for {var} in range({klen}):", *("    " + x for x in body))
+        else:
+            self.emit(ind, f"for {var} in range(0, {klen}, {self.UK}):",
+                      f"    for u_ in range({self.UK}):", *("        " + x for x in body))
+
+    def vloads(self, dst, n, ptr):
+        """Lines dst[i] = sm[ptr + i] for i < n: float4 / float2 loads (attention_ld) in VEC
+        configurations on the GPU (ptr a multiple of 4 / 2 words), scalar loads otherwise."""
+        w = 4 if n % 4 == 0 else 2 if n % 2 == 0 else 1
+        if not self.vec or self.sim or w == 1:
+            return [f"for i in range({n}):", f"    {dst}[i] = sm[{ptr} + uint64(i)]"]
+        out = []
+        for i0 in range(0, n, w):
+            names = ", ".join(f"{dst}[{i0 + i}]" for i in range(w))
+            out.append(f"{names} = ld{w}(sm, {ptr}{f' + uint64({i0})' if i0 else ''})")
+        return out
 
     def tile_index(self, ind, R):
         """r, d of tile element i. VEC: a warp covers 8 dims x 4 rows, so the transposed
@@ -172,8 +201,7 @@ class _Gen:
 
     def mm_rows_cols(self, ind, acc, abase, AR, bbase, BR_, klen):
         """acc[i, j] = sum_k A[k][row(i)] * B[k][col(j)] (tiles [k][row], stride + P)."""
-        MI, NJ, TY, TX, ct, P = self.MI, self.NJ, self.TY, self.TX, self.ct, self.P
-        ri, cj = (1, 1) if self.vec else (TY, TX)
+        MI, NJ, ct, P = self.MI, self.NJ, self.ct, self.P
         if self.fn:
             self.emit(ind, f"mm_rc(sm, {acc}, av, bv, uint64({abase} + {self.row(0)}), "
                       f"uint64({bbase} + {self.col(0)}), {klen}, uint64({AR + P}), "
@@ -181,13 +209,20 @@ class _Gen:
             return
         self.emit(ind, f"for i in range({MI}):", f"    for j in range({NJ}):",
                   f"        {acc}[i, j] = {ct}(0)",
-                  f"pa = uint64({abase} + {self.row(0)})", f"pb = uint64({bbase} + {self.col(0)})",
-                  f"for kk in range({klen}):",
-                  f"    for i in range({MI}):", f"        av[i] = sm[pa + uint64(i * {ri})]",
-                  f"    for j in range({NJ}):", f"        bv[j] = sm[pb + uint64(j * {cj})]",
-                  f"    for i in range({MI}):", f"        for j in range({NJ}):",
-                  f"            {acc}[i, j] += av[i] * bv[j]",
-                  f"    pa += uint64({AR + P})", f"    pb += uint64({BR_ + P})")
+                  f"pa = uint64({abase} + {self.row(0)})", f"pb = uint64({bbase} + {self.col(0)})")
+        self.kloop(ind, "kk", klen, self.rc_body(acc, f"uint64({AR + P})", f"uint64({BR_ + P})"))
+
+    def rc_body(self, acc, sa, sb):
+        """One k-step of mm_rows_cols: this thread's rows of A and columns of B, MI x NJ FMAs."""
+        MI, NJ = self.MI, self.NJ
+        ri, cj = (1, 1) if self.vec else (self.TY, self.TX)
+        if self.vec:
+            loads = self.vloads("av", MI, "pa") + self.vloads("bv", NJ, "pb")
+        else:
+            loads = [f"for i in range({MI}):", f"    av[i] = sm[pa + uint64(i * {ri})]",
+                     f"for j in range({NJ}):", f"    bv[j] = sm[pb + uint64(j * {cj})]"]
+        return loads + [f"for i in range({MI}):", f"    for j in range({NJ}):",
+                        f"        {acc}[i, j] += av[i] * bv[j]", f"pa += {sa}", f"pb += {sb}"]
 
     def mm_scores_out(self, ind, pairs, klen):
         """For each (acc, sbase, obase, OR): acc[i, k] += sum_c S[c][row(i)] *
@@ -201,20 +236,27 @@ class _Gen:
         for n_, (_, sbase, obase, OR) in enumerate(pairs):
             self.emit(ind, f"ps{n_} = uint64({sbase} + {self.row(0)})",
                       f"po{n_} = uint64({obase} + tx * {OR + P})")
-        self.emit(ind, f"for c in range({klen}):")
+        body = []
         for n_, (acc, _, _, OR) in enumerate(pairs):
-            self.emit(ind + 1, f"for i in range({MI}):",
-                      f"    av[i] = sm[ps{n_} + uint64(i * {ri})]",
-                      f"for k in range({OC}):",
-                      f"    wv[k] = sm[po{n_} + uint64(k * {TX * (OR + P)})]",
-                      f"for i in range({MI}):", f"    for k in range({OC}):",
-                      f"        {acc}[i, k] += av[i] * wv[k]",
-                      f"ps{n_} += uint64({BR + P})", f"po{n_} += uint64(1)")
+            if self.vec:
+                body += self.vloads("av", MI, f"ps{n_}")
+            else:
+                body += [f"for i in range({MI}):", f"    av[i] = sm[ps{n_} + uint64(i * {ri})]"]
+            body += [f"for k in range({OC}):",
+                     f"    wv[k] = sm[po{n_} + uint64(k * {TX * (OR + P)})]"]
+            body += [f"for i in range({MI}):", f"    for k in range({OC}):",
+                     f"        {acc}[i, k] += av[i] * wv[k]", f"ps{n_} += uint64({BR + P})",
+                     f"po{n_} += uint64(1)"]
+        self.kloop(ind, "c", klen, body)
 
     def so_call(self, ind, acc, first, s_i, s_c, obase, OR, klen):
         """acc[i, k] += sum_{c < klen} S(c, i) O[tx + TX k][c], S(c, i) at first + i s_i + c s_c
         (the device function mm_so)."""
         P, TX = self.P, self.TX
+        if self.vec and s_i == 1:
+            self.emit(ind, f"mm_so1(sm, {acc}, av, wv, uint64({first}), uint64({s_c}), "
+                      f"uint64({obase} + tx * {OR + P}), uint64({TX * (OR + P)}), {klen})")
+            return
         self.emit(ind, f"mm_so(sm, {acc}, av, wv, uint64({first}), uint64({s_i}), "
                   f"uint64({s_c}), uint64({obase} + tx * {OR + P}), uint64({TX * (OR + P)}), "
                   f"{klen})")
@@ -222,21 +264,20 @@ class _Gen:
     def device_fns(self):
         """The products as device functions (fn): numba types each body once, NVVM inlines."""
         MI, NJ, OC, ct = self.MI, self.NJ, self.OC, self.ct
-        ri, cj = (1, 1) if self.vec else (self.TY, self.TX)
         dev = "@cuda.jit(device=True, OPTS)"
         self.emit(0, "", dev, "def mm_rc(sm, acc, av, bv, pa, pb, klen, sa, sb):")
         self.emit(1, f"for i in range({MI}):", f"    for j in range({NJ}):",
-                  f"        acc[i, j] = {ct}(0)", "for kk in range(klen):",
-                  f"    for i in range({MI}):", f"        av[i] = sm[pa + uint64(i * {ri})]",
-                  f"    for j in range({NJ}):", f"        bv[j] = sm[pb + uint64(j * {cj})]",
-                  f"    for i in range({MI}):", f"        for j in range({NJ}):",
-                  "            acc[i, j] += av[i] * bv[j]", "    pa += sa", "    pb += sb")
-        self.emit(0, "", dev, "def mm_so(sm, acc, a, wv, ps, s_i, s_c, po, ow, klen):")
-        self.emit(1, "for c in range(klen):", f"    for i in range({MI}):",
-                  "        a[i] = sm[ps + uint64(i) * s_i]", f"    for k in range({OC}):",
-                  "        wv[k] = sm[po + uint64(k) * ow]", f"    for i in range({MI}):",
-                  f"        for k in range({OC}):", "            acc[i, k] += a[i] * wv[k]",
-                  "    ps += s_c", "    po += uint64(1)")
+                  f"        acc[i, j] = {ct}(0)")
+        self.kloop(1, "kk", "klen", self.rc_body("acc", "sa", "sb"))
+        tail = [f"for k in range({OC}):", "    wv[k] = sm[po + uint64(k) * ow]",
+                f"for i in range({MI}):", f"    for k in range({OC}):",
+                "        acc[i, k] += av[i] * wv[k]", "ps += s_c", "po += uint64(1)"]
+        self.emit(0, "", dev, "def mm_so(sm, acc, av, wv, ps, s_i, s_c, po, ow, klen):")
+        self.kloop(1, "c", "klen", [f"for i in range({MI}):",
+                                    "    av[i] = sm[ps + uint64(i) * s_i]"] + tail)
+        if self.vec:   # rows contiguous (s_i = 1): vector loads
+            self.emit(0, "", dev, "def mm_so1(sm, acc, av, wv, ps, s_c, po, ow, klen):")
+            self.kloop(1, "c", "klen", self.vloads("av", MI, "ps") + tail)
 
     def group(self, ind, var, op):
         """var <- the max / sum of var over the TX lanes of this thread's row group."""
@@ -260,7 +301,10 @@ class _Gen:
         ct, D = self.ct, self.D
         words = config_words(self.mode, self.D, (self.BR, self.BC, 0, 0, self.vec))
         align = ", alignment=16" if self.vec and not self.sim else ""
-        self.emit(0, "", "@cuda.jit(OPTS)",
+        if self.vec and not self.sim:
+            self.L.insert(0, "from funcgrad.cuda.attention_ld import ld2, ld4")
+        bounds = f", launch_bounds=({self.NT}, {self.MB})" if self.MB and not self.sim else ""
+        self.emit(0, "", f"@cuda.jit(OPTS{bounds})",
                   f"def kernel({', '.join(_operand(x) for x in ops)}{extra}, {out}, outo, "
                   "T, S, N, G, H, HV, causal, scale_):")
         self.emit(1, f"sm = cuda.shared.array({words}, {ct}{align})")
