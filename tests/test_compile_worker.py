@@ -10,6 +10,8 @@ import pickle
 import struct
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -131,6 +133,7 @@ def test_an_early_server_is_ended_when_every_kernel_was_compiled(monkeypatch):
     monkeypatch.setattr(C.runtime, "SIM", False)
     monkeypatch.setattr(C, "_Server", Fake)
     monkeypatch.setattr(C, "_capability", lambda: (9, 0))
+    monkeypatch.setattr(C, "slots", lambda n: n)   # idle CPUs, however busy this host is
     monkeypatch.setattr(C, "dry_run", lambda *a, **k: {})
     for name in ("_server", "_early"):
         monkeypatch.setattr(C, name, None)
@@ -141,3 +144,68 @@ def test_an_early_server_is_ended_when_every_kernel_was_compiled(monkeypatch):
     assert made[0].ended == "killed" and C._server is None and C._warm
     C.start_early()
     assert len(made) == 1
+
+
+def _fake_dispatcher(tmp_path, compiled):
+    """A class shaped like numba-cuda's CUDADispatcher for `shared`: its compile loads the cache
+    entry when one exists, else compiles (slowly) and writes it."""
+    from types import SimpleNamespace
+    entry = tmp_path / "kernel.entry"
+
+    class Disp:
+        specialized = False
+
+        def __init__(self, cached=True):
+            self.overloads = {}
+            if cached:
+                self._cache = SimpleNamespace(
+                    _cache_file=SimpleNamespace(_index_path=str(tmp_path / "kernel.nbi")))
+
+        def compile(self, sig):
+            if entry.exists():
+                return "loaded"
+            time.sleep(0.2)
+            compiled.append(sig)
+            entry.write_text("cubin")
+            return "compiled"
+    Disp.compile = W.shared(Disp.compile)
+    return Disp
+
+
+def test_shared_compile_compiles_a_signature_once(tmp_path):
+    """Four compiles of one signature at once (separate lock descriptors, as in separate
+    processes): one compiles, the others wait for it and load its entry."""
+    pytest.importorskip("fcntl")
+    compiled: list = []
+    Disp = _fake_dispatcher(tmp_path, compiled)
+    assert W.shared(Disp.compile) is Disp.compile
+    results: list = []
+    threads = [threading.Thread(target=lambda: results.append(Disp().compile(("f4",))))
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert compiled == [("f4",)] and sorted(results) == ["compiled"] + ["loaded"] * 3
+    assert len(list(tmp_path.glob("kernel.nbi.*.lock"))) == 1
+
+
+def test_shared_compile_takes_no_lock_without_a_disk_cache(tmp_path):
+    pytest.importorskip("fcntl")
+    compiled: list = []
+    Disp = _fake_dispatcher(tmp_path, compiled)
+    d = Disp()
+    d.overloads[("f4",)] = "kernel"   # compiled in this process already: numba returns it
+    assert d.compile(("f4",)) == "compiled"
+    assert Disp(cached=False).compile(("f8",)) == "loaded"
+    assert not list(tmp_path.glob("*.lock"))
+
+
+def test_no_server_starts_while_every_cpu_is_busy(monkeypatch):
+    """start_early() starts nothing when a server could only compile in one slot."""
+    monkeypatch.setenv("FUNCGRAD_COMPILE_WORKERS", "4")
+    monkeypatch.setattr(C.runtime, "sim_requested", lambda: False)
+    monkeypatch.setattr(C, "slots", lambda n: 1)
+    monkeypatch.setattr(C, "_start_server", lambda: pytest.fail("a server was started"))
+    monkeypatch.setattr(C, "_warm", False)
+    C.start_early()

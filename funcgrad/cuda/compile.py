@@ -16,9 +16,12 @@ the compute capability the parent passes) overlaps the rest of the dry run; late
 it. It forks one warm child per kernel group, longest expected first, as many at once as there
 are idle CPUs (`slots`), up to FUNCGRAD_COMPILE_WORKERS (default: CPU count, at most 16; 0 or 1
 compiles in-process); this process loads each group from the disk cache as soon as the server
-answers for it (`_Loader`), while the others still compile. Before it, every plan started up to 16 worker processes, each importing
-numba and creating a CUDA context: on an H200 host they were ready 1.7-3.7 s after their spawn
-(contexts queue), and a test suite's 16 processes started 16 workers per plan each.
+answers for it (`_Loader`), while the others still compile. No server is started while every
+CPU is busy (`_idle_cpus`): prewarm then compiles in-process. Before the server, every plan
+started up to 16 worker processes, each importing numba and creating a CUDA context: on an
+H200 host they were ready 1.7-3.7 s after their spawn (contexts queue), and a test suite's 16
+processes started 16 workers per plan each. Processes sharing the kernel cache compile each
+kernel signature once (compile_worker.share_compiles: a file lock per signature).
 """
 from __future__ import annotations
 
@@ -263,7 +266,7 @@ def start_early() -> None:
     2026-11-24 19:09 UTC); called when the backend builds the plan (0.6 s before the dry run)
     it gave 5.18 / 5.68 s against 5.18 / 4.89 s (19:13 UTC): no gain there."""
     global _early
-    if _warm or workers() <= 1 or runtime.sim_requested():
+    if _warm or workers() <= 1 or runtime.sim_requested() or not _idle_cpus():
         return
     runtime.load()
     with _lock:
@@ -286,6 +289,15 @@ def _stop_server(kill: bool = False) -> None:
     if _server is not None:
         _server.close(kill)
         _server = None
+
+
+def _idle_cpus() -> bool:
+    """True when a compile server could compile in two slots or more now. With every CPU busy
+    (16 pytest workers on 16 cores) prewarm compiles in this process instead, and a server
+    started then costs its start-up (numba's import, a warm-up compile: ~1.7 s of CPU) for
+    nothing: on an H200 host a cold `pytest -m cuda -n 16` started 13 to 16 servers, and 4 of
+    its 62 compiling prewarms used one (2026-11-24)."""
+    return slots(workers()) >= 2
 
 
 def slots(n: int) -> int:
@@ -336,7 +348,8 @@ def prewarm(plan, bufs, rec=None) -> dict:
         return {}
     disps: dict = {}
     try:
-        seen = dry_run(plan, bufs, rec, start_server=not runtime.SIM and n > 1, disps=disps)
+        seen = dry_run(plan, bufs, rec, disps=disps,
+                       start_server=not runtime.SIM and n > 1 and _idle_cpus())
     except Exception as e:  # noqa: BLE001 - the real run compiles lazily instead
         return {"error": repr(e)}
     dry = time.perf_counter() - t0
