@@ -80,7 +80,11 @@ def test_kernels_match_numpy_drawn_shapes(top, b, t, s, kh, g, hf, hvf, causal, 
             (A.attention_dkv_p, (qd, kd, vd, dod, std), A._dkv_impl(q, k, v, do, st_, **prm)),
             (AB.attention_bwd_p, (qd, kd, vd, dod, std), AB._bwd_impl(q, k, v, do, st_, **prm))]:
         got = np.asarray(bind(prim, *args, **prm))
-        np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-5, err_msg=prim.name)
+        # the absolute bound scales with the largest value: entries that cancel to near zero
+        # keep the fp32 rounding of the sums they came from (an H200 run, 2026-11-24: dkv at
+        # h = 128, t = 39 off by 2.4e-5 in 3 of 256 entries against a fixed 2e-5)
+        atol = 2e-5 * max(1.0, float(np.abs(want).max(initial=0.0)))
+        np.testing.assert_allclose(got, want, rtol=2e-4, atol=atol, err_msg=prim.name)
 
 
 # every kernel under configurations other than the default: the VEC layout (contiguous
