@@ -180,3 +180,16 @@ def test_sums_over_other_axes_stay_apart():
     assert _fused(f, x, ct, what="dot_general+bias_grad") == 0
     got = funcgrad.jit(f)(x, ct)
     np.testing.assert_allclose(np.asarray(got[1]), np.asarray(ct).sum(1), rtol=1e-5)
+
+
+def test_step_profiling_names_epilogue_steps(monkeypatch):
+    # FUNCGRAD_PROFILE's per-step timing keys a ("gemm", ...) step by its output, as others
+    from funcgrad.cuda import plan
+    monkeypatch.setattr(plan, "PROFILE", {})
+    rng = np.random.default_rng(0)
+    x, w, b = (funcgrad.device_put(rng.standard_normal(s).astype(np.float32), "cuda")
+               for s in ((4, 3), (3, 5), (5,)))
+    got = funcgrad.jit(lambda x, w, b: x @ w + b)(x, w, b)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(x) @ np.asarray(w) + np.asarray(b),
+                               rtol=1e-5, atol=1e-6)
+    assert "gemm f32[4,5]" in plan.PROFILE

@@ -365,7 +365,7 @@ class Plan:
             if prof is not None:
                 runtime.load().synchronize()
                 name = s.prim.name if kind == "eqn" else kind
-                out = s.out.aval if kind == "eqn" else None
+                out = s.out.aval if kind == "eqn" else s.outputs[0].aval if kind == "gemm" else None
                 key = f"{name} {out.str_short() if out is not None else list(s.shape)}"
                 prof[key] = prof.get(key, 0.0) + time.perf_counter() - t0
             for v in self.free_after[i]:
