@@ -325,17 +325,13 @@ def gemm(x, xs, y, ys, out, Bn, M, N, K, precision=None) -> bool:
         args = plan(Bn, M, N, K, xs, ys)
         if args is None:
             return False
-    ta, tb, m, n, k, lda, sa, ldb, sb, ldc, sc, batch = args
     dt = CUDA_R[x.dtype.name]
-    scal = "float64" if x.dtype.name == "float64" else "float32"
     if runtime.dry_run:   # compile.dry_run records numba launches only
         return True
     ws = _workspace(Bn * M * N * K)
     s = runtime.stream()
     stream = 0 if isinstance(s, int) else int(s.handle)
-    full = (ta, tb, m, n, k, _ONE[scal].ctypes.data, _ptr(y), dt, lda, sa, _ptr(x), dt, ldb,
-            sb, _ZERO[scal].ctypes.data, _ptr(out), dt, ldc, sc, batch,
-            compute_type(x.dtype, precision), GEMM_DEFAULT)
+    full = _ex_args(args, x, y, out, precision)
     api = _state["api"]
     try:
         if not (isinstance(api, _Nvmath) and blaslt.gemm(
@@ -392,10 +388,18 @@ def _lt_args(x, xs, y, ys, out, vec, M, N, K, precision):
     args = plan(1, M, N, K, xs, ys)
     if args is None or min(M, N, K) < 1:
         return None
+    return _ex_args(args, x, y, out, precision)
+
+
+def _ex_args(args, x, y, out, precision):
+    """cublasGemmStridedBatchedEx's arguments (after the handle) from plan()'s `args`: alpha =
+    1, beta = 0 in host memory, cuBLAS's A = y and B = x, all of x's dtype."""
     ta, tb, m, n, k, lda, sa, ldb, sb, ldc, sc, batch = args
-    return (ta, tb, m, n, k, _ONE["float32"].ctypes.data, _ptr(y), 0, lda, sa, _ptr(x), 0, ldb,
-            sb, _ZERO["float32"].ctypes.data, _ptr(out), 0, ldc, sc, batch,
-            compute_type(np.float32, precision), GEMM_DEFAULT)
+    dt = CUDA_R[x.dtype.name]
+    scal = "float64" if x.dtype.name == "float64" else "float32"
+    return (ta, tb, m, n, k, _ONE[scal].ctypes.data, _ptr(y), dt, lda, sa, _ptr(x), dt, ldb,
+            sb, _ZERO[scal].ctypes.data, _ptr(out), dt, ldc, sc, batch,
+            compute_type(x.dtype, precision), GEMM_DEFAULT)
 
 
 def _lt_call(full, out, c, vec, residual: bool, epilogue: str, what) -> bool:
