@@ -34,7 +34,9 @@ def timed(fn, reps=20):
     return a.elapsed_time(b) / reps * 1e3
 
 
-def lt_plan(ta, tb, m, n, k, lda, ldb, ldc, epi, bias_ptr):
+def lt_plan(ta, tb, m, n, k, lda, ldb, ldc, epi=E.DEFAULT, bias_ptr=0, cand=8):
+    """((desc, layouts, heuristic results), count) of a column-major fp32 product with epilogue
+    `epi`, up to `cand` candidates; (None, why) when cuBLASLt rejects it."""
     desc = lt.matmul_desc_create(68, 0)
     D = lt.MatmulDescAttribute
     _set(lt.matmul_desc_set_attribute, desc, D.TRANSA, ta, np.int32)
@@ -49,21 +51,36 @@ def lt_plan(ta, tb, m, n, k, lda, ldb, ldc, epi, bias_ptr):
     pref = lt.matmul_preference_create()
     _set(lt.matmul_preference_set_attribute, pref,
          lt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES, 32 << 20, np.uint64)
-    res = np.zeros(8, lt.matmul_heuristic_result_dtype)
+    res = np.zeros(cand, lt.matmul_heuristic_result_dtype)
     cnt = np.zeros(1, np.int32)
     try:
-        lt.matmul_algo_get_heuristic(LH, desc, lays[0], lays[1], lays[2], lays[2], pref, 8,
+        lt.matmul_algo_get_heuristic(LH, desc, lays[0], lays[1], lays[2], lays[2], pref, cand,
                                      res.ctypes.data, cnt.ctypes.data)
     except Exception as e:   # noqa: BLE001
         return None, f"{type(e).__name__}: {e}"
     return (desc, lays, res[:int(cnt[0])]), int(cnt[0])
 
 
+def algo_ptr(res, i):
+    return res.ctypes.data + i * res.itemsize + res.dtype.fields["algo"][1]
+
+
 def run_lt(p, i, A, B, C):
     desc, (la, lb, lc), res = p
-    algo = res.ctypes.data + i * res.itemsize + res.dtype.fields["algo"][1]
     lt.matmul(LH, desc, ONE.ctypes.data, A.data_ptr(), la, B.data_ptr(), lb, ZERO.ctypes.data,
-              C.data_ptr(), lc, C.data_ptr(), lc, algo, WS.data_ptr(), 32 << 20, 0)
+              C.data_ptr(), lc, C.data_ptr(), lc, algo_ptr(res, i), WS.data_ptr(), 32 << 20, 0)
+
+
+def candidates(p, cnt, A, B, C, label):
+    """µs of each of the cnt candidates of plan p on A, B -> C (inf where one fails)."""
+    ts = []
+    for i in range(cnt):
+        try:
+            ts.append(timed(lambda i=i: run_lt(p, i, A, B, C)))
+        except Exception as e:   # noqa: BLE001
+            ts.append(float("inf"))
+            print("  fail", label, i, e)
+    return ts
 
 
 def gemm_ex(ta, tb, m, n, k, A, lda, B, ldb, C, ldc):
@@ -87,13 +104,7 @@ def forward(M, N, K):
         if p is None or not cnt:
             row.append(f"{epi.name}: none ({cnt})")
             continue
-        ts = []
-        for i in range(cnt):
-            try:
-                ts.append(timed(lambda i=i, p=p: run_lt(p, i, w, x, out)))
-            except Exception as e:   # noqa: BLE001
-                ts.append(float("inf"))
-                print("  fail", epi.name, i, e)
+        ts = candidates(p, cnt, w, x, out, epi.name)
         if min(ts) == float("inf"):
             row.append(f"{epi.name}: all {cnt} failed")
             continue
@@ -144,13 +155,7 @@ def wgrad(K_in, N_out, T=4096):
         if p is None or not cnt:
             row.append(f"{epi.name}: none ({cnt})")
             continue
-        ts = []
-        for i in range(cnt):
-            try:
-                ts.append(timed(lambda i=i, p=p, A=A, B=B, C=C: run_lt(p, i, A, B, C)))
-            except Exception as e:   # noqa: BLE001
-                ts.append(float("inf"))
-                print("  fail", epi.name, i, e)
+        ts = candidates(p, cnt, A, B, C, epi.name)
         if min(ts) == float("inf"):
             row.append(f"{epi.name}: all {cnt} failed")
             continue
@@ -164,14 +169,16 @@ def wgrad(K_in, N_out, T=4096):
     print("; ".join(row), flush=True)
 
 
-def _set_ptr(desc, attr, ptr):
-    _set(lt.matmul_desc_set_attribute, desc, attr, ptr, np.uint64)
+def _set_aux(desc, aux, ld):
+    """The GELU epilogues' aux matrix (the pre-activation): its pointer and leading dim."""
+    D = lt.MatmulDescAttribute
+    _set(lt.matmul_desc_set_attribute, desc, D.EPILOGUE_AUX_POINTER, aux.data_ptr(), np.uint64)
+    _set(lt.matmul_desc_set_attribute, desc, D.EPILOGUE_AUX_LD, ld, np.int64)
 
 
 def gelu_aux(M=4096, N=1536, K=384):
     """Forward fc1: D = gelu_tanh(x w + b) with aux = x w + b (GELU_AUX_BIAS), and backward:
     D = (dy w2^T) * gelu'(aux) (DGELU), against gemmEx + torch's elementwise, in float64 refs."""
-    D = lt.MatmulDescAttribute
     x, w = torch.randn(M, K, device="cuda"), torch.randn(K, N, device="cuda") * 0.1
     b = torch.randn(N, device="cuda")
     out, aux = torch.empty(M, N, device="cuda"), torch.empty(M, N, device="cuda")
@@ -183,9 +190,8 @@ def gelu_aux(M=4096, N=1536, K=384):
     if p is None or not cnt:
         print(f"GELU_AUX_BIAS: none ({cnt})", flush=True)
         return
-    _set_ptr(p[0], D.EPILOGUE_AUX_POINTER, aux.data_ptr())
-    _set(lt.matmul_desc_set_attribute, p[0], D.EPILOGUE_AUX_LD, N, np.int64)
-    ts = [timed(lambda i=i: run_lt(p, i, w, x, out)) for i in range(cnt)]
+    _set_aux(p[0], aux, N)
+    ts = candidates(p, cnt, w, x, out, "GELU_AUX_BIAS")
     run_lt(p, int(np.argmin(ts)), w, x, out)
     torch.cuda.synchronize()
     ours = torch.nn.functional.gelu(x @ w + b, approximate="tanh")
@@ -208,9 +214,8 @@ def gelu_aux(M=4096, N=1536, K=384):
     if p2 is None or not cnt2:
         print(f"DGELU: none ({cnt2})", flush=True)
         return
-    _set_ptr(p2[0], D.EPILOGUE_AUX_POINTER, aux.data_ptr())
-    _set(lt.matmul_desc_set_attribute, p2[0], D.EPILOGUE_AUX_LD, N, np.int64)
-    ts2 = [timed(lambda i=i: run_lt(p2, i, w2, dy, da)) for i in range(cnt2)]
+    _set_aux(p2[0], aux, N)
+    ts2 = candidates(p2, cnt2, w2, dy, da, "DGELU")
     run_lt(p2, int(np.argmin(ts2)), w2, dy, da)
     torch.cuda.synchronize()
     ref_scale = da64.abs() + 1e-3 * da64.abs().max()

@@ -7,34 +7,20 @@ Usage: python benchmarks/wgrad_probe.py
 """
 from __future__ import annotations
 
+import os
+import sys
+
 import numpy as np
 import torch
 from nvmath.bindings import cublas
 from nvmath.bindings import cublasLt as lt
 
-H = cublas.create()
-LH = lt.create()
-WSB = 32 << 20
-WS = torch.empty(WSB, dtype=torch.uint8, device="cuda")
-ONE, ZERO = np.ones(1, np.float32), np.zeros(1, np.float32)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# its handles, workspace and cuBLASLt helpers
+from lt_epilogue_probe import ONE, WS, ZERO, H, _set, algo_ptr, lt_plan, run_lt, timed
+
+WSB = WS.numel()
 CAND = 32
-
-
-def _set(fn, obj, attr, value, dtype):
-    v = np.asarray([value], dtype)
-    fn(obj, attr, v.ctypes.data, v.nbytes)
-
-
-def timed(fn, reps=20):
-    fn()
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(reps):
-        fn()
-    b.record()
-    torch.cuda.synchronize()
-    return a.elapsed_time(b) / reps * 1e3
 
 
 def gemm_ex(ta, tb, m, n, k, A, lda, sa, B, ldb, sb, C, ldc, sc, batch=1):
@@ -49,28 +35,6 @@ def gemm_ex(ta, tb, m, n, k, A, lda, sa, B, ldb, sb, C, ldc, sc, batch=1):
                                        C.data_ptr(), 0, ldc, sc, batch, 68, -1)
 
 
-def lt_plan(ta, tb, m, n, k, lda, ldb, ldc):
-    desc = lt.matmul_desc_create(68, 0)
-    D = lt.MatmulDescAttribute
-    _set(lt.matmul_desc_set_attribute, desc, D.TRANSA, ta, np.int32)
-    _set(lt.matmul_desc_set_attribute, desc, D.TRANSB, tb, np.int32)
-    lays = [lt.matrix_layout_create(0, *((k, m) if ta else (m, k)), lda),
-            lt.matrix_layout_create(0, *((n, k) if tb else (k, n)), ldb),
-            lt.matrix_layout_create(0, m, n, ldc)]
-    pref = lt.matmul_preference_create()
-    _set(lt.matmul_preference_set_attribute, pref,
-         lt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES, WSB, np.uint64)
-    res = np.zeros(CAND, lt.matmul_heuristic_result_dtype)
-    cnt = np.zeros(1, np.int32)
-    lt.matmul_algo_get_heuristic(LH, desc, lays[0], lays[1], lays[2], lays[2], pref, CAND,
-                                 res.ctypes.data, cnt.ctypes.data)
-    return desc, lays, res[:int(cnt[0])].copy()
-
-
-def algo_ptr(res, i):
-    return res.ctypes.data + i * res.itemsize + res.dtype.fields["algo"][1]
-
-
 def cfg(res, i, attr):
     v = np.zeros(1, np.int32)
     w = np.zeros(1, np.uint64)
@@ -79,12 +43,6 @@ def cfg(res, i, attr):
     except Exception:   # noqa: BLE001
         return -1
     return int(v[0])
-
-
-def run_lt(p, i, A, B, C):
-    desc, (la, lb, lc), res = p
-    lt.matmul(LH, desc, ONE.ctypes.data, A.data_ptr(), la, B.data_ptr(), lb, ZERO.ctypes.data,
-              C.data_ptr(), lc, C.data_ptr(), lc, algo_ptr(res, i), WS.data_ptr(), WSB, 0)
 
 
 def wgrad(K_in, N_out, T=4096):
@@ -100,7 +58,7 @@ def wgrad(K_in, N_out, T=4096):
 
     t_ex = timed(lambda: gemm_ex(0, 1, N_out, K_in, T, dy, N_out, 0, x, K_in, 0, out, N_out, 0))
     line = [f"wgrad {K_in}x{N_out} (T {T}): gemmEx {t_ex:.1f} us ({flop / t_ex / 1e6:.1f} TF/s)"]
-    p = lt_plan(0, 1, N_out, K_in, T, N_out, K_in, N_out)
+    p, _ = lt_plan(0, 1, N_out, K_in, T, N_out, K_in, N_out, cand=CAND)
     S = lt.MatmulAlgoConfigAttribute
     ts = []
     for i in range(len(p[2])):
@@ -150,7 +108,7 @@ def forward(M, N, K):
     x, w = torch.randn(M, K, device="cuda"), torch.randn(K, N, device="cuda")
     out = torch.empty(M, N, device="cuda")
     t_ex = timed(lambda: gemm_ex(0, 0, N, M, K, w, N, 0, x, K, 0, out, N, 0))
-    p = lt_plan(0, 0, N, M, K, N, K, N)
+    p, _ = lt_plan(0, 0, N, M, K, N, K, N, cand=CAND)
     ts = sorted((timed(lambda i=i: run_lt(p, i, w, x, out)), i) for i in range(len(p[2])))
     print(f"fwd {M}x{N}x{K}: gemmEx {t_ex:.1f} us ({2 * M * N * K / t_ex / 1e6:.1f} TF/s); lt "
           f"best #{ts[0][1]} {ts[0][0]:.1f}, #0 {next(t for t, i in ts if i == 0):.1f} us",
