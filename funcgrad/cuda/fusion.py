@@ -9,6 +9,8 @@ compiled kernel.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from .. import kernel_files
@@ -32,6 +34,8 @@ def _lit(val, dtype) -> str:
 UNROLL_MAX_EQNS = 32
 UNROLL = 2
 IDX32_LIMIT = 2 ** 31   # clusters smaller than this compute coordinates in 32 bits
+VEC = int(os.environ.get("FUNCGRAD_FUSED_VEC", "4"))  # coordinate kernels' last-axis
+#   neighbours per thread (vec_width)
 
 
 class FusedKernel:
@@ -42,11 +46,13 @@ class FusedKernel:
     strides: broadcasts, transposes and other views are read in place, never copied).
     """
 
-    def __init__(self, cluster: Cluster, layout: dict, idx32: bool = False):
+    def __init__(self, cluster: Cluster, layout: dict, idx32: bool = False, vec: int = 1):
         self.cluster = cluster
         self.inputs = external_inputs(cluster)
         self.layout = layout  # var -> "flat" | "strided" | "scalar"
         self.idx32 = idx32    # fewer than 2^31 elements: coordinates by 32-bit division
+        self.vec = vec        # coordinate kernels: last-axis neighbours a thread takes (divides
+        #                       the last dim: they share every other coordinate)
         self.per_thread = 1     # elements a thread takes per loop iteration (set by _generate)
         self.coords = False     # whether the kernel takes the shape (set by _generate)
         self.source = self._generate()
@@ -60,9 +66,16 @@ class FusedKernel:
         self.coords = need_coords
         helpers = set()
 
-        def body(ix, tp):
-            """Lines computing every member for element `ix` (coordinates c0, c1, ...) into
-            names `tp`0, `tp`1, ...; returns (lines, names)."""
+        last = rank - 1
+
+        def coord(d, lane):
+            """Coordinate d of the element `lane` places after the thread's first (coordinate
+            kernels taking last-axis neighbours: only the last coordinate moves)."""
+            return f"(c{d} + {lane})" if lane and d == last else f"c{d}"
+
+        def body(ix, tp, lane=0):
+            """Lines computing every member for element `ix` (coordinates c0, c1, ..., the last
+            plus `lane`) into names `tp`0, `tp`1, ...; returns (lines, names)."""
             names, lines = {}, []
 
             def read(v, dims_map):
@@ -73,7 +86,7 @@ class FusedKernel:
                 elif mode == "scalar":
                     at = f"{p}_o"
                 else:
-                    at = " + ".join([p + "_o"] + [f"c{d} * {p}_s{j}"
+                    at = " + ".join([p + "_o"] + [f"{coord(d, lane)} * {p}_s{j}"
                                                   for j, d in enumerate(dims_map)
                                                   if v.aval.shape[j] != 1])
                 return f"{compute_t(v.aval.dtype)}({p}[{at}])"
@@ -82,7 +95,8 @@ class FusedKernel:
                 dt = e.out.aval.dtype
                 out = f"{tp}{k}"
                 if e.prim is P.iota_p:
-                    lines.append(f"{out} = {compute_t(dt)}(c{e.params['dimension']})")
+                    lines.append(f"{out} = {compute_t(dt)}"
+                                 f"({coord(e.params['dimension'], lane)})")
                 elif is_view_bcast(e, c.members):
                     x = e.inputs[0]
                     if not isinstance(x, Var):
@@ -121,10 +135,27 @@ class FusedKernel:
                 sig += [f"{p}_s{j}" for j in range(v.aval.ndim)]
         for j in range(len(c.outputs)):
             sig += [f"out{j}", f"out{j}_o"]
+        V = self.vec if need_coords and rank else 1
         lines = [f"@cuda.jit({{opts}})\ndef kernel({', '.join(sig)}):",
-                 "    i = cuda.grid(1)", "    step = cuda.gridsize(1)", "    while i < n:"]
-        if need_coords or len(c.eqns) > UNROLL_MAX_EQNS:   # (unrolled coordinate kernels
-            # measured no faster on an H200: their index arithmetic, not loads, bounds them)
+                 f"    i = cuda.grid(1){f' * {V}' if V > 1 else ''}",
+                 f"    step = cuda.gridsize(1){f' * {V}' if V > 1 else ''}", "    while i < n:"]
+        if V > 1:
+            # V last-axis neighbours per thread: one coordinate computation, V loads of each
+            # operand in flight (one element a thread kept ~1 MB in flight on an H200, about a
+            # third of what its bandwidth needs: W2's bias + GELU kernels ran at ~1.6 TB/s)
+            self.per_thread = V
+            coords = coordinates(rank, "c", "s", self.idx32)
+            bodies, names = [], []
+            for k in range(V):
+                b, nm = body("i" if k == 0 else f"(i + {k})", "t" if k == 0 else f"u{k}_", k)
+                bodies += b
+                names.append(nm)
+            lines += [f"        {x}" for x in coords + bodies]
+            for k in range(V):
+                lines += [f"        {x}" for x in stores("i" if k == 0 else f"(i + {k})",
+                                                         names[k])]
+            lines.append("        i += step")
+        elif need_coords or len(c.eqns) > UNROLL_MAX_EQNS:
             coords = []
             if need_coords:
                 coords = coordinates(rank, "c", "s", self.idx32)
@@ -174,6 +205,14 @@ def plan_steps(expr):
     return _plan_steps(expr, rematerialize=True, pack=True)
 
 
+def vec_width(c: Cluster) -> int:
+    """Last-axis neighbours a thread of c's coordinate kernel takes: the largest of VEC, 2, 1
+    dividing the last dim (1 for clusters over UNROLL_MAX_EQNS, whose source would grow)."""
+    if not c.shape or len(c.eqns) > UNROLL_MAX_EQNS:
+        return 1
+    return next(v for v in (VEC, 2, 1) if v <= VEC and c.shape[-1] % v == 0)
+
+
 def layout_of(v, buf, shape) -> str:
     if buf.size == 1:
         return "scalar"
@@ -191,10 +230,11 @@ def run_cluster(cache: dict, c: Cluster, env: dict):
     layout = tuple(layout_of(v, b, c.shape) for v, b in zip(inputs, bufs))
     n = int(np.prod(c.shape))
     idx32 = n < IDX32_LIMIT
-    key = (id(c), layout, idx32)
+    vec = vec_width(c)
+    key = (id(c), layout, idx32, vec)
     k = cache.get(key)
     if k is None:
-        fk = FusedKernel(c, dict(zip(inputs, layout)), idx32)
+        fk = FusedKernel(c, dict(zip(inputs, layout)), idx32, vec)
         k = cache[key] = (fk, runtime.fused_kernel(fk.source))
     fk, kern = k
     pool = arrays.pool()

@@ -1,0 +1,55 @@
+"""Fused coordinate kernels that take several last-axis neighbours per thread (fusion.vec_width):
+broadcasts, transposed views, iotas and odd last dims agree with the CPU, 0- and 1-sized dims
+included."""
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import funcgrad
+import funcgrad.cuda
+import funcgrad.numpy as fnp
+from funcgrad.cuda import fusion
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(not (funcgrad.cuda.usable()
+                            or __import__("os").environ.get("FUNCGRAD_REQUIRE_GPU") == "1"),
+                       reason="no GPU; run with NUMBA_ENABLE_CUDASIM=1 to use the simulator"),
+]
+
+
+def _f(x, b, t):
+    # x [r, c]; b [c] broadcast over rows; t [c, r] read transposed; an iota along the last axis
+    col = fnp.arange(x.shape[1], dtype=np.float32)
+    y = fnp.tanh(x * 0.7 + b) * t.T - col * 0.01
+    return y, fnp.exp(-x * x) + b[None, :] * col
+
+
+def _check(r, c, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((r, c)).astype(np.float32)
+    b = rng.standard_normal(c).astype(np.float32)
+    t = rng.standard_normal((c, r)).astype(np.float32)
+    want = _f(*funcgrad.device_put((x, b, t), "cpu"))
+    got = funcgrad.jit(_f)(*funcgrad.device_put((x, b, t), "cuda"))
+    for u, v in zip(want, got):
+        np.testing.assert_allclose(np.asarray(v), np.asarray(u), rtol=2e-6, atol=2e-6)
+
+
+@given(r=st.integers(0, 5), c=st.integers(0, 13), seed=st.integers(0, 2 ** 16))
+def test_neighbour_kernels_match_cpu_on_drawn_shapes(r, c, seed):
+    _check(r, c, seed)
+
+
+@pytest.mark.parametrize("c, want", [(12, 4), (6, 2), (7, 1), (1, 1)])
+def test_vec_width_divides_the_last_dim(c, want, monkeypatch):
+    monkeypatch.setattr(fusion, "VEC", 4)
+    low = funcgrad.jit(_f).lower(*funcgrad.device_put(
+        (np.ones((3, c), np.float32), np.ones(c, np.float32), np.ones((c, 3), np.float32)),
+        "cuda"))
+    plan = low.compile()
+    plan = getattr(plan, "plan", plan)
+    clusters = [s for kind, s in plan.steps if kind == "fused"]
+    assert clusters and all(fusion.vec_width(s) == want for s in clusters if s.shape[-1] == c)
+    _check(3, c, 0)
