@@ -53,3 +53,29 @@ def test_vec_width_divides_the_last_dim(c, want, monkeypatch):
     clusters = [s for kind, s in plan.steps if kind == "fused"]
     assert clusters and all(fusion.vec_width(s) == want for s in clusters if s.shape[-1] == c)
     _check(3, c, 0)
+
+
+def _g(x, y, s):
+    # flat operands (y read at an offset when it is a slice), a scalar, two outputs
+    return x * s + fnp.sin(y[1:]), fnp.maximum(x, y[1:]) - s
+
+
+@given(n=st.integers(0, 14), seed=st.integers(0, 2 ** 16))
+def test_flat_neighbour_kernels_match_cpu_on_drawn_sizes(n, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(n).astype(np.float32)
+    y = rng.standard_normal(n + 1).astype(np.float32)
+    s = np.float32(0.5)
+    want = _g(*funcgrad.device_put((x, y, s), "cpu"))
+    got = funcgrad.jit(_g)(*funcgrad.device_put((x, y, s), "cuda"))
+    for u, v in zip(want, got):
+        np.testing.assert_allclose(np.asarray(v), np.asarray(u), rtol=2e-6, atol=2e-6)
+
+
+def test_aligned_needs_offset_and_size():
+    from funcgrad.cuda.arrays import from_host
+    b = from_host(np.zeros(8, np.float32))
+    assert fusion.aligned(b, 4, True) and fusion.aligned(b, 2, True)
+    assert not fusion.aligned(b.view((7,), (1,), b.offset + 1), 4, True)
+    assert not fusion.aligned(from_host(np.zeros(8, np.float64)), 4, True)   # 32 bytes
+    assert not fusion.aligned(from_host(np.zeros(8, np.bool_)), 4, True)

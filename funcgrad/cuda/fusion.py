@@ -34,25 +34,29 @@ def _lit(val, dtype) -> str:
 UNROLL_MAX_EQNS = 32
 UNROLL = 2
 IDX32_LIMIT = 2 ** 31   # clusters smaller than this compute coordinates in 32 bits
-VEC = int(os.environ.get("FUNCGRAD_FUSED_VEC", "4"))  # coordinate kernels' last-axis
-#   neighbours per thread (vec_width)
+VEC = int(os.environ.get("FUNCGRAD_FUSED_VEC", "4"))  # neighbouring elements a thread takes
+#   (vec_width)
 
 
 class FusedKernel:
     """Generated source for one cluster and one layout of its operands.
 
     Each external operand is read as "flat" (C-contiguous with the cluster's shape: index i),
-    "scalar" (one element) or "strided" (through output coordinates and the buffer's own
-    strides: broadcasts, transposes and other views are read in place, never copied).
+    "flatv" (flat, its first element aligned for a vector load of `vec` elements), "scalar"
+    (one element) or "strided" (through output coordinates and the buffer's own strides:
+    broadcasts, transposes and other views are read in place, never copied).
     """
 
-    def __init__(self, cluster: Cluster, layout: dict, idx32: bool = False, vec: int = 1):
+    def __init__(self, cluster: Cluster, layout: dict, idx32: bool = False, vec: int = 1,
+                 vout: tuple = (), vector: bool = True):
         self.cluster = cluster
         self.inputs = external_inputs(cluster)
-        self.layout = layout  # var -> "flat" | "strided" | "scalar"
+        self.layout = layout  # var -> "flat" | "flatv" | "strided" | "scalar"
         self.idx32 = idx32    # fewer than 2^31 elements: coordinates by 32-bit division
-        self.vec = vec        # coordinate kernels: last-axis neighbours a thread takes (divides
-        #                       the last dim: they share every other coordinate)
+        self.vec = vec        # neighbouring elements a thread takes (vec_width)
+        self.vout = vout or (False,) * len(cluster.outputs)   # outputs stored as vectors
+        self.vector = vector  # vector accesses (vecmem) for "flatv" and vout; False (the
+        #                       simulator): the same kernel with scalar accesses
         self.per_thread = 1     # elements a thread takes per loop iteration (set by _generate)
         self.coords = False     # whether the kernel takes the shape (set by _generate)
         self.source = self._generate()
@@ -81,7 +85,9 @@ class FusedKernel:
             def read(v, dims_map):
                 p = pname[v]
                 mode = self.layout[v]
-                if mode == "flat":
+                if mode == "flatv" and self.vector:
+                    return f"{compute_t(v.aval.dtype)}({p}_v[{lane}])"
+                if mode in ("flat", "flatv"):
                     at = f"{p}_o + {ix}"
                 elif mode == "scalar":
                     at = f"{p}_o"
@@ -135,25 +141,35 @@ class FusedKernel:
                 sig += [f"{p}_s{j}" for j in range(v.aval.ndim)]
         for j in range(len(c.outputs)):
             sig += [f"out{j}", f"out{j}_o"]
-        V = self.vec if need_coords and rank else 1
+        V = self.vec
         lines = [f"@cuda.jit({{opts}})\ndef kernel({', '.join(sig)}):",
                  f"    i = cuda.grid(1){f' * {V}' if V > 1 else ''}",
                  f"    step = cuda.gridsize(1){f' * {V}' if V > 1 else ''}", "    while i < n:"]
         if V > 1:
-            # V last-axis neighbours per thread: one coordinate computation, V loads of each
-            # operand in flight (one element a thread kept ~1 MB in flight on an H200, about a
-            # third of what its bandwidth needs: W2's bias + GELU kernels ran at ~1.6 TB/s)
+            # V neighbours per thread (along the last axis: one coordinate computation), each
+            # flat operand read and each output written by one vector access where aligned.
+            # One element a thread kept ~1 MB in flight on an H200, about a third of what its
+            # bandwidth needs: W2's bias + GELU kernels ran at ~1.6 TB/s
             self.per_thread = V
-            coords = coordinates(rank, "c", "s", self.idx32)
+            coords = coordinates(rank, "c", "s", self.idx32) if need_coords else []
+            if self.vector:
+                coords += [f"{pname[v]}_v = ldv{V}({pname[v]}, {pname[v]}_o + i)"
+                           for v in self.inputs if self.layout[v] == "flatv"]
             bodies, names = [], []
             for k in range(V):
                 b, nm = body("i" if k == 0 else f"(i + {k})", "t" if k == 0 else f"u{k}_", k)
                 bodies += b
                 names.append(nm)
             lines += [f"        {x}" for x in coords + bodies]
-            for k in range(V):
-                lines += [f"        {x}" for x in stores("i" if k == 0 else f"(i + {k})",
-                                                         names[k])]
+            for j, o in enumerate(c.outputs):
+                if self.vout[j] and self.vector:
+                    vals = ", ".join(f"{nbt(o.aval.dtype)}({nm[o]})" for nm in names)
+                    lines.append(f"        stv{V}(out{j}, out{j}_o + i, {vals})")
+                    continue
+                for k in range(V):
+                    ix = "i" if k == 0 else f"(i + {k})"
+                    lines.append(f"        out{j}[out{j}_o + {ix}] = "
+                                 f"{nbt(o.aval.dtype)}({names[k][o]})")
             lines.append("        i += step")
         elif need_coords or len(c.eqns) > UNROLL_MAX_EQNS:
             coords = []
@@ -182,7 +198,10 @@ class FusedKernel:
                 lines += [f"        if j{k} < n:"] + [f"            {x}"
                                                       for x in stores(f"i{k}", names[k])]
             lines.append(f"        i += {U} * step")
-        return helper_source(helpers, "{opts}") + "\n\n" + "\n".join(lines) + "\n"
+        head = ""
+        if V > 1 and self.vector and ("flatv" in self.layout.values() or any(self.vout)):
+            head = f"from funcgrad.cuda.vecmem import ldv{V}, stv{V}\n"
+        return head + helper_source(helpers, "{opts}") + "\n\n" + "\n".join(lines) + "\n"
 
     def args(self, bufs: list, outs: list) -> list:
         """Kernel arguments for operand buffers (aligned with self.inputs) and outputs."""
@@ -205,12 +224,23 @@ def plan_steps(expr):
     return _plan_steps(expr, rematerialize=True, pack=True)
 
 
-def vec_width(c: Cluster) -> int:
-    """Last-axis neighbours a thread of c's coordinate kernel takes: the largest of VEC, 2, 1
-    dividing the last dim (1 for clusters over UNROLL_MAX_EQNS, whose source would grow)."""
+def vec_width(c: Cluster, coords: bool = True) -> int:
+    """Neighbouring elements a thread of c's kernel takes: the largest of VEC, 2, 1 dividing
+    the last dim (coordinate kernels: the neighbours share every other coordinate) or the size
+    (flat kernels); 1 for clusters over UNROLL_MAX_EQNS, whose source would grow."""
     if not c.shape or len(c.eqns) > UNROLL_MAX_EQNS:
         return 1
-    return next(v for v in (VEC, 2, 1) if v <= VEC and c.shape[-1] % v == 0)
+    m = c.shape[-1] if coords else int(np.prod(c.shape))
+    return next(v for v in (VEC, 2, 1) if v <= VEC and m % v == 0)
+
+
+def aligned(buf, v: int, sim: bool) -> bool:
+    """buf's first element may start a vector access of v elements (vecmem: at most 16 bytes,
+    numbers only; the simulator's scalar stand-in needs only the offset)."""
+    nb = buf.dtype.itemsize * v
+    if nb > 16 or buf.dtype.kind not in "fiu" or buf.offset % v:
+        return False
+    return sim or (buf.block.ptr() + buf.offset * buf.dtype.itemsize) % nb == 0
 
 
 def layout_of(v, buf, shape) -> str:
@@ -230,15 +260,23 @@ def run_cluster(cache: dict, c: Cluster, env: dict):
     layout = tuple(layout_of(v, b, c.shape) for v, b in zip(inputs, bufs))
     n = int(np.prod(c.shape))
     idx32 = n < IDX32_LIMIT
-    vec = vec_width(c)
-    key = (id(c), layout, idx32, vec)
-    k = cache.get(key)
-    if k is None:
-        fk = FusedKernel(c, dict(zip(inputs, layout)), idx32, vec)
-        k = cache[key] = (fk, runtime.fused_kernel(fk.source))
-    fk, kern = k
     pool = arrays.pool()
     outs = [pool.empty(o.aval.shape, o.aval.dtype) for o in c.outputs]
+    coords = "strided" in layout or any(e.prim is P.iota_p for e in c.eqns)
+    vec = vec_width(c, coords)
+    sim = runtime.SIM
+    vout = tuple(aligned(o, vec, sim) for o in outs) if vec > 1 else ()
+    if vec > 1 and not coords and not all(vout):
+        vec, vout = 1, ()   # flat kernels: neighbours only with vector stores
+    if vec > 1:
+        layout = tuple("flatv" if m == "flat" and aligned(b, vec, sim) else m
+                       for m, b in zip(layout, bufs))
+    key = (id(c), layout, idx32, vec, vout)
+    k = cache.get(key)
+    if k is None:
+        fk = FusedKernel(c, dict(zip(inputs, layout)), idx32, vec, vout, not sim)
+        k = cache[key] = (fk, runtime.fused_kernel(fk.source))
+    fk, kern = k
     if n:
         blocks, threads = runtime.grid_1d(-(-n // fk.per_thread))
         kern[blocks, threads, runtime.stream()](*fk.args(bufs, outs))
