@@ -45,6 +45,13 @@ def cu(x):
     return funcgrad.device_put(np.asarray(x), "cuda")
 
 
+def _on_cpu(f, *args, **kwargs):
+    """f on the CPU backend: the reference (numpy operands alone would go to the default
+    device, "cuda" on a GPU host, and compile kernels there for a CUDA-to-CUDA comparison)."""
+    with funcgrad.default_device("cpu"):
+        return f(*args, **kwargs)
+
+
 def _transposed(a):
     """A "cuda" array equal to a, read through reversed-axis (non-contiguous) strides."""
     t = cu(np.ascontiguousarray(np.transpose(a)))
@@ -77,7 +84,7 @@ CONFIGS = st.composite(lambda draw: conv_configs(draw, st, nonempty=True))()
 def test_random_convolutions_match_numpy(mode, data):
     lhs, rhs, params = data.draw(CONFIGS)
     lhs, rhs = lhs.astype(np.float32), rhs.astype(np.float32)
-    want = lax.conv_general_dilated(lhs, rhs, **params)
+    want = _on_cpu(lax.conv_general_dilated, lhs, rhs, **params)
     with _path(mode):
         for a, b in [(cu(lhs), cu(rhs)), (_transposed(lhs), _transposed(rhs))]:
             got = lax.conv_general_dilated(a, b, **params)
@@ -95,7 +102,7 @@ def test_conv_dtypes(conv_path, dtype, pet):
     k = (rng.standard_normal((3, 2, 3, 4)) * 3).astype(dtype)
     kw = dict(window_strides=(2, 1), padding="SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"),
               preferred_element_type=pet)
-    want = np.asarray(lax.conv_general_dilated(x, k, **kw))
+    want = np.asarray(_on_cpu(lax.conv_general_dilated, x, k, **kw))
     got = lax.conv_general_dilated(cu(x), cu(k), **kw)
     assert got.dtype == want.dtype
     tol = 1e-2 if want.dtype == np.float16 else 1e-5
@@ -120,7 +127,7 @@ def test_conv_gemm_operands_have_the_result_dtype(monkeypatch):
     k = (rng.standard_normal((3, 2, 3, 4)) * 3).astype(np.float16)
     kw = dict(window_strides=(2, 1), padding="SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"),
               preferred_element_type=np.float32)
-    want = np.asarray(lax.conv_general_dilated(x, k, **kw))
+    want = np.asarray(_on_cpu(lax.conv_general_dilated, x, k, **kw))
     with _path("gemm"):
         got = lax.conv_general_dilated(_transposed(x), cu(k), **kw)
     assert seen and all(t == ("float32", "float32", "float32") for t in seen), seen
@@ -149,7 +156,7 @@ def test_window_kernels_ties_nan_and_dilations():
             np.testing.assert_array_equal(np.asarray(got), want)
         pool = lambda a, p=p: bind(reduce_window_max_p, a, **p)
         t = np.arange(x.size, dtype=np.float32).reshape(x.shape)
-        want = funcgrad.jvp(pool, (clean,), (t,))[1]
+        want = _on_cpu(funcgrad.jvp, pool, (clean,), (t,))[1]
         got = funcgrad.jvp(pool, (_transposed(clean),), (cu(t),))[1]
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
@@ -171,7 +178,7 @@ def _cnn_args(rng):
 
 def test_cnn_grad_and_jitted_adam_step_equal_cpu(conv_path):
     params, x, y = _cnn_args(np.random.default_rng(1))
-    want = funcgrad.grad(_cnn_loss)(params, x, y)
+    want = _on_cpu(funcgrad.grad(_cnn_loss), params, x, y)
     got = funcgrad.grad(_cnn_loss)(*funcgrad.device_put((params, x, y), "cuda"))
     for k in want:
         assert got[k].device == "cuda"

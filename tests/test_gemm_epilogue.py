@@ -64,8 +64,11 @@ FORMS = {
 
 
 def _want(form, x, w, b, r):
+    """The form in float64 on the CPU backend (numpy operands alone would go to the default
+    device, "cuda" on a GPU host)."""
     x, w, b, r = (a.astype(np.float64) for a in (x, w, b, r))
-    return FORMS[form](x, w, b, r)
+    with funcgrad.default_device("cpu"):
+        return FORMS[form](x, w, b, r)
 
 
 @settings(max_examples=12, deadline=None)
@@ -115,7 +118,8 @@ def test_other_clusters_stay_apart(name):
     args = [cu(a) for a in (x, w, b, r)]
     assert _fused(f, *args) == 0
     got = funcgrad.jit(f)(*args)
-    want = f(*(a.astype(np.float64) for a in (x, w, b, r)))
+    with funcgrad.default_device("cpu"):
+        want = f(*(a.astype(np.float64) for a in (x, w, b, r)))
     for g, v in zip(got if isinstance(got, tuple) else [got],
                     want if isinstance(want, tuple) else [want]):
         np.testing.assert_allclose(np.asarray(g), np.asarray(v), rtol=1e-5, atol=1e-5)
