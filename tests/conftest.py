@@ -1,8 +1,10 @@
-"""Shared test set-up: a seeded numpy RNG per test, hypothesis profiles ("ci" when CI=true), and
-long GPU tests laid out first across pytest-xdist worksteal workers."""
+"""Shared test set-up: seeded RNGs, hypothesis profiles, pytest-xdist start-up and layout."""
 
 import itertools
 import os
+import sys
+import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,58 +27,53 @@ def rng():
     return np.random.default_rng(0)
 
 
-# Seconds the slowest GPU tests took on a cold kernel cache (an H200 host, pytest -n 16 --dist
-# worksteal, 2026-11-24, medians of 3 runs): their kernels' compiling (attention kernels take
-# 1.5-6 s each; test_memory_flat_over_training_loop runs 1000 eager steps). Prefixes of node
-# ids; the longest matching prefix counts, other tests count 1 (a test whose kernels an earlier
-# one compiled, e.g. the other shapes of test_kernels_match_numpy, takes about that).
+# Seconds the slowest GPU tests took on a cold kernel cache: `pytest -m cuda -n 16 --dist
+# worksteal` on an H200 host, 2026-11-25 (e923893; tests of 3 s and more), their kernels'
+# compiling nearly all of it (attention kernels take 1.5-6 s each; each forced attention
+# configuration compiles a dozen). Prefixes of node ids; the longest matching prefix counts,
+# other tests count 1 (a test whose kernels an earlier one compiled takes about that). Tests
+# changed since: test_memory_flat_over_training_loop runs 300 steps (17 s with 1000), and
+# test_same_stream_on_cpu_and_cuda's reference runs on the CPU (14 s with it on the GPU).
 COLD_SECONDS = {
-    "tests/test_attention_cuda.py::test_forced_configs_match_numpy[": 30,
-    "tests/test_attention_cuda.py::test_kernels_match_numpy[float32-(1, 5, 5, 2, 1, 3, 2, T": 18,
-    "tests/test_attention_cuda.py::test_kernels_match_numpy[float64-(1, 5, 5, 2, 1, 3, 2, T": 20,
-    "tests/test_attention_cuda.py::test_kernels_match_numpy_drawn_shapes[": 15,
-    ("tests/test_attention_cuda.py::test_merged_backward_is_reproducible_and_matches_two_"
-     "kernels[False]"): 13,
-    "tests/test_attention_cuda.py::test_jitted_grad_with_strided_heads": 4,
-    "tests/test_attention_tc.py::test_tc_kernels_match_numpy[": 15,
-    "tests/test_fused_bwd.py::test_kernel_matches_numpy[": 10,
-    "tests/test_fused_bwd.py::test_kernel_matches_numpy[layer_norm_bwd]": 24,
-    "tests/test_fused_bwd.py::test_kernel_matches_numpy[rms_norm_bwd]": 18,
-    "tests/test_cuda_backend.py::test_memory_flat_over_training_loop": 18,
-    "tests/test_cuda_backend.py::test_small_dtypes[": 12,
-    "tests/test_cuda_backend.py::test_small_dtypes[float16]": 6,
-    "tests/test_cuda_backend.py::test_primitive_matches_cpu[": 2,
-    "tests/test_cuda_backend.py::test_primitive_matches_cpu[concatenate]": 11,
-    "tests/test_cuda_backend.py::test_primitive_matches_cpu[dot_general]": 11,
-    "tests/test_cuda_backend.py::test_primitive_matches_cpu[select_and_scatter_add]": 11,
-    "tests/test_cuda_backend.py::test_primitive_matches_cpu[conv_general_dilated]": 8,
-    "tests/test_cuda_backend.py::test_primitive_matches_cpu[arg": 6,
-    "tests/test_cuda_backend.py::test_primitive_matches_cpu[select": 6,
-    "tests/test_cuda_backend.py::test_primitive_matches_cpu[reduce_window_": 5,
-    "tests/test_cuda_backend.py::test_primitive_matches_cpu[reduce_": 3,
-    "tests/test_cuda_backend.py::test_primitive_matches_cpu[attention_": 4,
-    "tests/test_cuda_backend.py::test_matmul_split_k_and_strided_operands[int32]": 4,
-    "tests/test_cuda_backend.py::test_broadcasting_ops_hypothesis": 4,
-    "tests/test_cuda_random.py::test_same_stream_on_cpu_and_cuda": 16,
-    "tests/test_conv_cuda.py::test_cnn_grad_and_jitted_adam_step_equal_cpu[": 11,
-    "tests/test_conv_cuda.py::test_conv_dtypes[gemm-int32-int64]": 9,
-    "tests/test_conv_cuda.py::test_window_kernels_ties_nan_and_dilations": 4,
-    "tests/test_reduce_axes.py::test_reductions_match_numpy": 9,
+    "tests/test_attention_cuda.py::test_forced_configs_match_numpy[": 36,
+    "tests/test_attention_cuda.py::test_kernels_match_numpy[float32-(1, 5, 5, 2, 1, 3, 2, T": 14,
+    "tests/test_attention_cuda.py::test_kernels_match_numpy[float64-(1, 5, 5, 2, 1, 3, 2, T": 18,
+    "tests/test_attention_cuda.py::test_kernels_match_numpy_drawn_shapes[": 11,
+    "tests/test_attention_tc.py::test_tc_kernels_match_numpy[": 11,
+    "tests/test_fused_bwd.py::test_kernel_matches_numpy[": 7,
+    "tests/test_fused_bwd.py::test_kernel_matches_numpy[layer_norm_bwd]": 15,
+    "tests/test_fused_bwd.py::test_kernel_matches_numpy[rms_norm_bwd]": 20,
     "tests/test_linalg_cuda.py::": 3,
-    "tests/test_linalg_cuda.py::test_empty_and_one_by_one": 9,
-    "tests/test_linalg_cuda.py::test_grad_and_jit_on_cuda_equal_cpu": 9,
-    "tests/test_linalg_cuda.py::test_decompositions_match_cpu[": 7,
-    "tests/test_cuda_interop.py::test_kernel_sources_are_content_addressed_files": 9,
-    "tests/test_cuda_interop.py::test_torch_dlpack_and_cai_zero_copy": 7,
-    "tests/test_cuda_interop.py::test_no_gpu_and_no_simulator_is_a_clear_error": 4,
-    "tests/test_cuda_fused.py::test_nn_on_cuda_matches_cpu": 7,
-    "tests/test_complex_cuda.py::test_elementwise_kernels_match_numpy[": 5,
+    "tests/test_linalg_cuda.py::test_grad_and_jit_on_cuda_equal_cpu": 13,
+    "tests/test_linalg_cuda.py::test_decompositions_match_cpu[float32]": 10,
+    "tests/test_cuda_backend.py::test_small_dtypes[": 9,
+    "tests/test_cuda_backend.py::test_small_dtypes[float16]": 6,
+    "tests/test_cuda_backend.py::test_memory_flat_over_training_loop": 6,
+    "tests/test_cuda_backend.py::test_primitive_matches_cpu[": 2,
+    "tests/test_cuda_backend.py::test_primitive_matches_cpu[select_and_scatter_add]": 10,
+    "tests/test_cuda_backend.py::test_primitive_matches_cpu[dot_general]": 8,
+    "tests/test_cuda_backend.py::test_primitive_matches_cpu[conv_general_dilated]": 7,
+    "tests/test_cuda_backend.py::test_primitive_matches_cpu[concatenate]": 7,
+    "tests/test_cuda_backend.py::test_primitive_matches_cpu[attention_": 6,
+    "tests/test_cuda_backend.py::test_primitive_matches_cpu[reduce_window_": 6,
+    "tests/test_cuda_backend.py::test_primitive_matches_cpu[reduce_window_sum]": 4,
+    "tests/test_cuda_backend.py::test_primitive_matches_cpu[arg": 5,
+    "tests/test_cuda_backend.py::test_primitive_matches_cpu[select_and_gather_add]": 4,
+    "tests/test_cuda_backend.py::test_primitive_matches_cpu[reduce_": 3,
+    "tests/test_cuda_random.py::test_same_stream_on_cpu_and_cuda": 4,
+    "tests/test_conv_cuda.py::test_cnn_grad_and_jitted_adam_step_equal_cpu[gemm]": 8,
+    "tests/test_conv_cuda.py::test_cnn_grad_and_jitted_adam_step_equal_cpu[direct]": 6,
+    "tests/test_conv_cuda.py::test_conv_dtypes[gemm-int32-int64]": 4,
+    "tests/test_cuda_interop.py::test_kernel_sources_are_content_addressed_files": 7,
+    "tests/test_cuda_interop.py::test_torch_dlpack_and_cai_zero_copy": 6,
     "tests/test_lax_breadth_cuda.py::test_cuda_matches_cpu[": 2,
-    "tests/test_lax_breadth_cuda.py::test_cuda_matches_cpu[scaled_dot_general]": 6,
+    "tests/test_lax_breadth_cuda.py::test_cuda_matches_cpu[scaled_dot_general]": 7,
     "tests/test_lax_breadth_cuda.py::test_cuda_matches_cpu[bessel": 6,
-    "tests/test_lax_breadth_cuda.py::test_cuda_matches_cpu[gather_batching_dims]": 5,
+    "tests/test_lax_breadth_cuda.py::test_cuda_matches_cpu[gather_batching_dims]": 6,
+    "tests/test_complex_cuda.py::test_elementwise_kernels_match_numpy[": 5,
+    "tests/test_reduce_axes.py::test_reductions_match_numpy": 4,
+    "tests/test_cuda_fused.py::test_nn_on_cuda_matches_cpu": 4,
     "tests/test_loops.py::test_cuda_scan_eager_jit_planned_and_grad": 4,
-    "tests/test_cuda_jit.py::test_jitted_adam_step_matches_cpu": 4,
 }
 
 
@@ -117,3 +114,69 @@ def pytest_collection_modifyitems(config, items):
         chunks[i].append(item)
         load[i] += _cold_seconds(item.nodeid)
     items[:] = [it for chunk in chunks for it in chunk]
+
+
+def pytest_configure(config):
+    """In the controller of a `pytest -n N` run, compile the bytecode the workers will load
+    before they start (`_warm_bytecode`)."""
+    if (not hasattr(config, "workerinput") and getattr(config.option, "numprocesses", None)
+            and getattr(config.option, "dist", "no") != "no"):
+        _warm_bytecode(config)
+
+
+def _warm_bytecode(config) -> None:
+    """Write the test modules' assertion-rewritten bytecode and funcgrad's bytecode once, in
+    parallel, before the workers start. On a fresh checkout every worker otherwise rewrites and
+    compiles the same ~90 test modules and funcgrad's modules at the same moment: collecting
+    took a process 4.5 s of CPU cold and 1.8 s after this (dev VM), and 16 workers on 16 cores
+    wait for the slowest. Nothing is written when Python is told not to write bytecode;
+    the rewriting uses pytest's own functions (private: any failure leaves the workers to do it,
+    as before), and files whose bytecode is current are skipped."""
+    if sys.dont_write_bytecode or not hasattr(os, "fork") or threading.active_count() > 1:
+        return
+    import fnmatch
+    import importlib.util
+    here = Path(__file__).resolve().parent
+    pats = config.getini("python_files")
+    rewrite = config.getoption("assertmode", "rewrite") == "rewrite"
+    files = [p for p in here.glob("*.py") if p.name != "conftest.py"]
+    spec = importlib.util.find_spec("funcgrad")
+    if spec is not None and spec.submodule_search_locations:
+        for root in spec.submodule_search_locations:
+            files += Path(root).rglob("*.py")
+    # pytest rewrites every module whose name matches python_files (funcgrad/test_util.py too)
+    jobs = [("test" if rewrite and any(fnmatch.fnmatch(p.name, pat) for pat in pats) else "py",
+             p) for p in files]
+    jobs.sort(key=lambda j: -j[1].stat().st_size)   # dealt largest first, round robin
+    n = min(len(jobs), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+            else os.cpu_count() or 1)
+    pids = []
+    for i in range(n):
+        pid = os.fork()
+        if pid == 0:   # the child: compile its share, leave without pytest's clean-up
+            try:
+                for kind, path in jobs[i::n]:
+                    _compile(config, kind, path)
+            finally:
+                os._exit(0)
+        pids.append(pid)
+    for pid in pids:
+        os.waitpid(pid, 0)
+
+
+def _compile(config, kind: str, path: Path) -> None:
+    """Write `path`'s bytecode unless current: pytest's assertion-rewritten form for a test
+    module (`kind` "test"), Python's own otherwise."""
+    try:
+        if kind == "py":
+            import compileall
+            compileall.compile_file(str(path), quiet=2)
+            return
+        from _pytest.assertion import rewrite as rw
+        cache_dir = rw.get_cache_dir(path)
+        pyc = cache_dir / (path.name[:-3] + rw.PYC_TAIL)
+        if rw._read_pyc(path, pyc) is None and rw.try_makedirs(cache_dir):
+            source, code = rw._rewrite_test(path, config)
+            rw._write_pyc(config.stash[rw.assertstate_key], code, source, pyc)
+    except Exception:  # noqa: BLE001, S110 - best effort: the worker compiles it on import
+        pass
