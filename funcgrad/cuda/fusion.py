@@ -35,7 +35,9 @@ UNROLL_MAX_EQNS = 32
 UNROLL = 2
 IDX32_LIMIT = 2 ** 31   # clusters smaller than this compute coordinates in 32 bits
 VEC = int(os.environ.get("FUNCGRAD_FUSED_VEC", "4"))  # neighbouring elements a thread takes
-#   (vec_width)
+#   (vec_width) ...
+VEC_MAX_EQNS = 64   # ... in flat clusters up to this size: two AdamW updates (W2 packs two
+#   parameters of a shape per kernel), whose one element a thread kept too few loads in flight
 
 
 class FusedKernel:
@@ -227,8 +229,9 @@ def plan_steps(expr):
 def vec_width(c: Cluster, coords: bool = True) -> int:
     """Neighbouring elements a thread of c's kernel takes: the largest of VEC, 2, 1 dividing
     the last dim (coordinate kernels: the neighbours share every other coordinate) or the size
-    (flat kernels); 1 for clusters over UNROLL_MAX_EQNS, whose source would grow."""
-    if not c.shape or len(c.eqns) > UNROLL_MAX_EQNS:
+    (flat kernels); 1 for clusters over UNROLL_MAX_EQNS (flat ones: VEC_MAX_EQNS), whose
+    source would grow."""
+    if not c.shape or len(c.eqns) > (UNROLL_MAX_EQNS if coords else VEC_MAX_EQNS):
         return 1
     m = c.shape[-1] if coords else int(np.prod(c.shape))
     return next(v for v in (VEC, 2, 1) if v <= VEC and m % v == 0)
