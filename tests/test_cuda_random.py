@@ -29,4 +29,10 @@ def test_same_stream_on_cpu_and_cuda():
     gpu = funcgrad.jit(_draws)(funcgrad.device_put(key, "cuda"))
     for a, b in zip(cpu, gpu):
         assert a.device == "cpu" and b.device == "cuda"
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        a, b = np.asarray(a), np.asarray(b)
+        if a.dtype.kind == "f":
+            # the same bits, then float math that may round apart (libdevice's log, the GPU's
+            # fused multiply-adds)
+            np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+        else:
+            np.testing.assert_array_equal(b, a)
