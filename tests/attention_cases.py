@@ -37,3 +37,12 @@ def operands(b, t, s, kh, g, h, hv):
     k, v = (rng.standard_normal(sh).astype(np.float32) for sh in ((b, s, kh, h), (b, s, kh, hv)))
     do = rng.standard_normal((b, t, n, hv)).astype(np.float32)
     return qf, q, k, v, do
+
+
+def unpacked_to_packed(flat, b, t, n, kh, h):
+    """The packed [B, T, N + 2K, H] rows (dq, dk, dv heads) of attention_bwd's unpacked flat
+    result (dq, then dkv [B, T, K, 2H]; S == T, H == Hv)."""
+    n_q = b * t * n * h
+    dq = flat[:n_q].reshape(b, t, n, h)
+    dkv = flat[n_q:].reshape(b, t, kh, 2 * h)
+    return np.concatenate([dq, dkv[..., :h], dkv[..., h:]], axis=2)

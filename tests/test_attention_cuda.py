@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from attention_cases import dev as _dev
-from attention_cases import operands
+from attention_cases import operands, unpacked_to_packed
 from attention_cases import sim as _sim
 from attention_cases import usable as _usable
 from hypothesis import given, settings
@@ -154,6 +154,34 @@ def test_merged_backward_is_reproducible_and_matches_two_kernels(causal):
                                atol=2e-5)
 
 
+@pytest.mark.parametrize("forced", [False, True], ids=["merged", "two-kernels"])
+def test_packed_backward_matches_numpy(forced, monkeypatch):
+    # attention_bwd[packed] ([B, T, N + 2K, H] rows of dq, dk and dv heads): the merged kernels
+    # store through the packed row / head strides, the two-kernel path (BR != BC) copies its
+    # C-order results in; both the unpacked result's bits rearranged. GQA, strided q
+    if forced:
+        cfg = (8, 4, 2, 2, 1, 2, 1) if _sim() else (64, 32, 16, 8)
+        if _sim():
+            monkeypatch.setattr(AS, "SIM_CONFIG", cfg)
+        else:
+            monkeypatch.setattr(AS, "GPU_CONFIGS", {m: [cfg, *c] for m, c in
+                                                    AS.GPU_CONFIGS.items()})
+    b, t, kh, g, h = (1, 9, 2, 2, 3) if _sim() else (2, 150, 2, 3, 64)
+    qf, q, k, v, do = operands(b, t, t, kh, g, h, h)
+    for causal in (True, False):
+        prm = {"scale": 0.3, "causal": causal}
+        st_ = A._stats_impl(q, k, A._attn_impl(q, k, v, **prm), do, **prm)
+        args = [_dev(qf)[0][..., 1:], *_dev(k, v, do, st_)]
+        got = np.asarray(bind(AB.attention_bwd_p, *args, **prm, packed=True))
+        flat = np.asarray(bind(AB.attention_bwd_p, *args, **prm))
+        assert np.array_equal(got.reshape(b, t, kh * (g + 2), h),
+                              unpacked_to_packed(flat, b, t, kh * g, kh, h))
+        np.testing.assert_allclose(got, AB._bwd_impl(q, k, v, do, st_, **prm, packed=True),
+                                   rtol=2e-4, atol=2e-5)
+    args = _dev(*(x[:0] for x in (q, k, v, do)), st_[:0])
+    assert np.asarray(bind(AB.attention_bwd_p, *args, **prm, packed=True)).shape == (0,)
+
+
 def test_jitted_grad_with_strided_heads_matches_cpu():
     rng = np.random.default_rng(0)
     b, t, n, h = 1, 5, 2, 2
@@ -165,6 +193,8 @@ def test_jitted_grad_with_strided_heads_matches_cpu():
         q, k, v = fnp.split(qkv, 3, axis=2)   # heads as strided views, no copies
         return fnp.sum(nn.dot_product_attention(q, k, v, is_causal=True) ** 2)
     step = funcgrad.jit(funcgrad.value_and_grad(loss))
+    bws = [e for e in step.lower(*_dev(w, x)).expr.eqns if e.prim is AB.attention_bwd_p]
+    assert [e.params.get("packed") for e in bws] == [True]   # the qkv gradient's layout
     val, g = step(*_dev(w, x))
     val_c, g_c = funcgrad.value_and_grad(loss)(w, x)
     np.testing.assert_allclose(float(val), float(val_c), rtol=1e-5)

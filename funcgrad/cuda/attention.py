@@ -5,8 +5,10 @@ the other side streams through shared memory; every product is a register-tiled 
 memory (the generator and its layout: attention_src.py). The backward recomputes the
 probabilities from the saved logsumexp (FlashAttention-2): no T x S buffer anywhere. q/k/v/o/do
 are read through their strides (heads split out of a fused qkv projection need no copy); outputs
-are C-contiguous. Accumulation is in float32 for float16 and float32 operands, float64 for
-float64; summation orders are fixed, so results are deterministic.
+are C-contiguous, except the backward's dq / dk / dv rows, stored through runtime row and head
+strides (attention_bwd's packed layout: the fused projection's gradient, no copy).
+Accumulation is in float32 for float16 and float32 operands, float64 for float64; summation
+orders are fixed, so results are deterministic.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from . import attention_src as AS
 from . import attention_tc as ATC
 from . import runtime
 from .arrays import DeviceBuffer, from_host, pool, to_host
-from .elementwise import compute_t, contiguous, fill
+from .elementwise import compute_t, contiguous, fill, run
 
 
 def _pad_dim(h, hv):
@@ -58,10 +60,14 @@ def _simt_config(mode, q, h, hv):
     return d, AS.pick_config(mode, d, ct_size, runtime.SIM)
 
 
-def _launch(mode, ops, extra, out, q, k, v_dim, scale, causal, st_dtype, precision=None):
+def _launch(mode, ops, extra, out, q, k, v_dim, scale, causal, st_dtype, precision=None,
+            dkv_to=None):
+    """Launch `mode`'s kernel; dkv_to: the SIMT dkv / bwd kernels' (dv offset, row stride, head
+    stride) of out (None: attention_dkv's C-contiguous [B, S, K, H + Hv] at out.offset)."""
     b, t, n, h = q.shape
     s, kh = k.shape[1], k.shape[2]
     tc = _tc_config(mode, q, h, v_dim, precision)
+    extra_out = ()
     if tc is not None:
         d, (w, bc) = tc
         key = ("attention_tc", mode, d, w, bc)
@@ -74,11 +80,13 @@ def _launch(mode, ops, extra, out, q, k, v_dim, scale, causal, st_dtype, precisi
         kern = runtime.kernel(key, lambda: AS.source(mode, q.dtype, st_dtype, d, cfg,
                                                     runtime.SIM, runtime.jit_opts()))
         br, threads = cfg[0], cfg[2] * cfg[3]
+        if mode in ("dkv", "bwd"):
+            extra_out = dkv_to or (out.offset + h, kh * (h + v_dim), h + v_dim)
     rows, heads = (s, kh) if mode in ("dkv", "bwd") else (t, n)
     grid = (b * heads, -(-rows // br), 1)
     args = [a for x in ops for a in _args(x)]
     extra = [a for e in extra for a in (e.arr(), e.offset)]
-    kern[grid, threads, runtime.stream()](*args, *extra, out.arr(), out.offset,
+    kern[grid, threads, runtime.stream()](*args, *extra, out.arr(), out.offset, *extra_out,
                                           t, s, n, n // kh, h, v_dim, int(bool(causal)),
                                           float(scale))
     return out
@@ -157,44 +165,72 @@ def partial_rows(t, s, br, bc, causal):
     return tiles, sum(max(0, t - (j * br // bc) * bc) for j in range(tiles))
 
 
-def bwd(q, k, v, do, st, scale, causal, aval, precision=None):
-    """attention_bwd: dq (C order) then dk | dv in one flat buffer.
+def _bwd_views(out, q, k, v, packed):
+    """(dq [B, T, N, H], dk [B, S, K, H], dv [B, S, K, Hv]) views of attention_bwd's result:
+    dq then attention_dkv's [B, S, K, H + Hv], or packed rows [B, T, N + 2K, H]."""
+    b, t, n, h = q.shape
+    s, kh, hv = k.shape[1], k.shape[2], v.shape[3]
+    o = out.offset
+    if packed:
+        rs = (n + 2 * kh) * h
+        st = (t * rs, rs, h, 1)
+        return (out.view((b, t, n, h), st, o), out.view((b, s, kh, h), st, o + n * h),
+                out.view((b, s, kh, hv), st, o + (n + kh) * h))
+    dkv = _c_view(out, (b, s, kh, h + hv), o + b * t * n * h)
+    return (_c_view(out, (b, t, n, h), o), dkv.view((b, s, kh, h), dkv.strides, dkv.offset),
+            dkv.view((b, s, kh, hv), dkv.strides, dkv.offset + h))
+
+
+def bwd(q, k, v, do, st, scale, causal, aval, precision=None, packed=False):
+    """attention_bwd: dq (C order) then dk | dv in one flat buffer, or (packed) the rows
+    [B, T, N + 2K, H] of dq, dk and dv heads.
 
     The merged SIMT kernel (one block per key tile computes S, P, dP and dS once: dK and dV in
     registers, its dQ partial dS K per query tile into a [key tile, B, rows, N, H] buffer, rows
     from the tile's first streamed query row: about (T / BR + 1) / 2 dq-sized slices when
     causal) and a kernel that sums the partials in key-tile order, so dq is bit-reproducible
-    without atomics. It beat dq + dkv at every shape class measured (H200, 2026-11-24,
-    bench_attention_simt.py --compare, GPU us): W2 (B16 N6 T256 H64 causal) 159 vs 222,
-    non-causal 258 vs 354, T1024 521 vs 767, T2048 863 vs 1206, T64 66 vs 91, H128 271 vs 412,
-    H32 164 vs 220, 8 query heads on 2 key heads 329 vs 364, B1 N2 T128 38 vs 55; so the two
-    kernels run here only for TF32 (the tensor-core dq and dkv), configurations with BR != BC
-    and empty operands.
+    without atomics; both store through the layout's row and head strides. It beat dq + dkv at
+    every shape class measured (H200, 2026-11-24, bench_attention_simt.py --compare, GPU us):
+    W2 (B16 N6 T256 H64 causal) 159 vs 222, non-causal 258 vs 354, T1024 521 vs 767, T2048 863
+    vs 1206, T64 66 vs 91, H128 271 vs 412, H32 164 vs 220, 8 query heads on 2 key heads 329
+    vs 364, B1 N2 T128 38 vs 55; so the two kernels run here only for TF32 (the tensor-core dq
+    and dkv), configurations with BR != BC and empty operands (packed: into C-contiguous
+    temporaries, then copied into the layout's views).
     """
     out = pool().empty(aval.shape, aval.dtype)
     b, t, n, h = q.shape
     s, kh, hv = k.shape[1], k.shape[2], v.shape[3]
     n_q = b * t * n * h
-    dqb = _c_view(out, (b, t, n, h), out.offset)
-    dkvb = _c_view(out, (b, s, kh, h + hv), out.offset + n_q)
+    dqv, dkv_, dvv = _bwd_views(out, q, k, v, packed)
     d, cfg = _simt_config("bwd", q, h, hv)
-    if (n_q == 0 or dkvb.size == 0 or cfg[0] != cfg[1]
+    if (n_q == 0 or b * s * kh * (h + hv) == 0 or cfg[0] != cfg[1]
             or _tc_config("dq", q, h, hv, precision) is not None):
-        _dq_into(dqb, q, k, v, do, st, scale, causal, precision)
-        _dkv_into(dkvb, q, k, v, do, st, scale, causal, precision)
+        if not packed:
+            _dq_into(dqv, q, k, v, do, st, scale, causal, precision)
+            _dkv_into(_c_view(out, (b, s, kh, h + hv), out.offset + n_q), q, k, v, do, st,
+                      scale, causal, precision)
+            return out
+        dqc = _dq_into(pool().empty(q.shape, q.dtype), q, k, v, do, st, scale, causal,
+                       precision)
+        dkvc = _dkv_into(pool().empty((b, s, kh, h + hv), q.dtype), q, k, v, do, st, scale,
+                         causal, precision)
+        for src, dst, lo in ((dqc, dqv, None), (dkvc, dkv_, 0), (dkvc, dvv, h)):
+            if lo is not None:
+                src = src.view(dst.shape, src.strides, src.offset + lo)
+            run("copy", [src], q.dtype, out=dst)
         return out
     br, bc = cfg[0], cfg[1]
     tiles, rows = partial_rows(t, s, br, bc, causal)
     part = pool().empty((b * rows * n * h,), np.dtype(compute_t(q.dtype)))
-    _launch("bwd", [q, k, v, do], [contiguous(st), part], dkvb, q, k, hv, scale, causal,
-            st.dtype)
+    _launch("bwd", [q, k, v, do], [contiguous(st), part], dkv_, q, k, hv, scale, causal,
+            st.dtype, dkv_to=(dvv.offset, dkv_.strides[1], dkv_.strides[2]))
     threads, e = AS.dqsum_shape(n * h, runtime.SIM)
     kern = runtime.kernel(("attention2", "dqsum", q.dtype.name, br, bc, threads, e),
                           lambda: AS.source("dqsum", q.dtype, st.dtype, d, cfg, runtime.SIM,
                                             runtime.jit_opts(), n * h))
-    kern[(b * t, 1, 1), threads, runtime.stream()](part.arr(), part.offset, dqb.arr(),
-                                                    dqb.offset, t, n, h, tiles,
-                                                    int(bool(causal)), float(scale))
+    kern[(b * t, 1, 1), threads, runtime.stream()](part.arr(), part.offset, dqv.arr(),
+                                                    dqv.offset, dqv.strides[1], t, n, h,
+                                                    tiles, int(bool(causal)), float(scale))
     return out
 
 
@@ -248,7 +284,8 @@ def _lowerings():
         A.attention_stats_p: lambda bufs, params, aval: stats(*bufs, *prm(params), aval),
         A.attention_dq_p: tc(dq),
         A.attention_dkv_p: tc(dkv),
-        AB.attention_bwd_p: tc(bwd),
+        AB.attention_bwd_p: lambda bufs, params, aval: bwd(
+            *bufs, *prm(params), aval, params.get("precision"), params.get("packed", False)),
         AL.attention_fwdl_p: tc(fwdl),
         AL.attention_delta_p: lambda bufs, params, aval: delta(*bufs, aval),
     }

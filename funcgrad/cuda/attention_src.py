@@ -297,7 +297,7 @@ class _Gen:
         self.emit(1, f"{name} = cuda.local.array({shape if len(shape) > 1 else shape[0]}, "
                   f"{self.ct})")
 
-    def header(self, ops, extra, out):
+    def header(self, ops, extra, out, out_extra=""):
         ct, D = self.ct, self.D
         words = config_words(self.mode, self.D, (self.BR, self.BC, 0, 0, self.vec))
         align = ", alignment=16" if self.vec and not self.sim else ""
@@ -305,8 +305,8 @@ class _Gen:
             self.L.insert(0, "from funcgrad.cuda.attention_ld import ld2, ld4")
         bounds = f", launch_bounds=({self.NT}, {self.MB})" if self.MB and not self.sim else ""
         self.emit(0, "", f"@cuda.jit(OPTS{bounds})",
-                  f"def kernel({', '.join(_operand(x) for x in ops)}{extra}, {out}, outo, "
-                  "T, S, N, G, H, HV, causal, scale_):")
+                  f"def kernel({', '.join(_operand(x) for x in ops)}{extra}, {out}, outo"
+                  f"{out_extra}, T, S, N, G, H, HV, causal, scale_):")
         self.emit(1, f"sm = cuda.shared.array({words}, {ct}{align})")
         if self.sim:
             self.emit(1, f"red = cuda.shared.array({self.NT}, {ct})")
@@ -459,7 +459,9 @@ def _dq(g):
 def _dkv(g, merged=False):
     """dK and dV of a key tile (queries streamed). merged (attention_bwd): also this tile's
     dQ partial dS K per query tile into DQP, laid out [tile][B, rows, N, H] with rows T - rs,
-    rs the first streamed query row (dqsum adds the tiles up)."""
+    rs the first streamed query row (dqsum adds the tiles up). dK / dV of key row s, head kh
+    go to DKV[outo / ovo + (b S + s) ors + kh ohs + d] (runtime strides: attention_dkv's
+    [B, S, K, H + Hv] or the packed [B, T, N + 2K, H] rows)."""
     D, BR, BC, MI, NJ, OC, TX, ct = (g.D, g.BR, g.BC, g.MI, g.NJ, g.OC, g.TX, g.ct)
     P = g.P
     KB, VB = 0, D * (BR + P)
@@ -471,7 +473,8 @@ def _dkv(g, merged=False):
     if merged:   # (BR == BC: the dQ product shares the dK / dV products' device function)
         g.fn = True
         g.device_fns()
-    g.header(["q", "k", "v", "g"], ", ST, sto" + (", DQP, dqpo" if merged else ""), "DKV")
+    g.header(["q", "k", "v", "g"], ", ST, sto" + (", DQP, dqpo" if merged else ""), "DKV",
+             ", ovo, ors, ohs")
     MQ = BC // g.TY   # merged: dQ rows (queries) per thread (= MI)
     regs = [("s", (MI, NJ)), ("p", (MI, NJ)), ("dk", (MI, OC)), ("dv", (MI, OC))]
     for name, shape in regs + ([("dq", (MQ, OC))] if merged else []):
@@ -512,11 +515,12 @@ def _dkv(g, merged=False):
         _dq_partial(g, 3, MQ, KB, DB)
     g.emit(3, "cuda.syncthreads()")
     g.emit(1, f"for i in range({MI}):", f"    s_ = row0 + {g.row('i')}", "    if s_ < S:",
-           "        ob = outo + ((b * S + s_) * KH + kh) * (H + HV)",
+           "        ob = (b * S + s_) * ors + kh * ohs",
            f"        for k in range({OC}):", f"            d = tx + k * {TX}",
            "            if d < H:",
-           f"                DKV[uint64(ob + d)] = {g.out}(dk[i, k] * sc)",
-           "            if d < HV:", f"                DKV[uint64(ob + H + d)] = {g.out}(dv[i, k])")
+           f"                DKV[uint64(outo + ob + d)] = {g.out}(dk[i, k] * sc)",
+           "            if d < HV:",
+           f"                DKV[uint64(ovo + ob + d)] = {g.out}(dv[i, k])")
 
 
 def _dq_partial(g, ind, MQ, KB, DB):
@@ -544,10 +548,11 @@ def _dqsum(g, NT, E, U=8):
     """dq[b, t] = scale * (the partials of key tiles 0, 1, ... that reach row t, in order):
     one block of NT threads per (b, t) row, a thread's E values NT apart. The loads of U tiles
     x E values are issued before their adds (a load-add chain keeps one load in flight per
-    thread: 1.2 TB/s on an H200)."""
+    thread: 1.2 TB/s on an H200). Row (b, t) goes to DQ[outo + (b T + t) ors ...] (ors: N H,
+    or (N + 2K) H in the packed layout)."""
     BR, BC, ct = g.BR, g.BC, g.ct
     g.emit(0, "", "@cuda.jit(OPTS)",
-           "def kernel(DQP, dqpo, DQ, outo, T, N, H, J, causal, scale_):")
+           "def kernel(DQP, dqpo, DQ, outo, ors, T, N, H, J, causal, scale_):")
     g.emit(1, f"xs = cuda.local.array(({U}, {E}), {ct})", f"acc = cuda.local.array({E}, {ct})",
            "bt = cuda.blockIdx.x", "b = bt // T", "t = bt - b * T", "B_ = cuda.gridDim.x // T",
            "NH = N * H", f"sc = {ct}(scale_)",
@@ -566,7 +571,7 @@ def _dqsum(g, NT, E, U=8):
            "            if j0 + u < jn:", f"                for e in range({E}):",
            "                    acc[e] += xs[u, e]",
            f"    for e in range({E}):", f"        if i0 + e * {NT} < NH:",
-           f"            DQ[uint64(outo + bt * NH + i0 + e * {NT})] = {g.out}(acc[e] * sc)")
+           f"            DQ[uint64(outo + bt * ors + i0 + e * {NT})] = {g.out}(acc[e] * sc)")
 
 
 def source(mode, dtype, st_dtype, D, cfg, sim, opts, nh=0):
