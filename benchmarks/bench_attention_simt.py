@@ -16,6 +16,7 @@ One JSON line per figure.
 
 Usage: python benchmarks/bench_attention_simt.py [B N T H] [--modes fwdl,delta,dq,dkv,bwd]
        [--candidates MODES (the modes whose candidates run; default all)] [--compare] [--peers]
+       [--config 32,32,8,16,1,4 ... (these candidates instead of the lists below)]
 """
 from __future__ import annotations
 
@@ -240,6 +241,11 @@ if __name__ == "__main__":
     ap.add_argument("--candidates", default=None)
     ap.add_argument("--compare", action="store_true")
     ap.add_argument("--peers", action="store_true")
+    ap.add_argument("--config", action="append", default=None,
+                    help="a candidate (comma-separated ints) replacing --candidates' lists")
     a = ap.parse_args()
+    if a.config:
+        for m in (a.candidates or a.modes).split(","):
+            CANDIDATES[m] = [tuple(int(x) for x in c.split(",")) for c in a.config]
     main(*a.dims, modes=a.modes.split(","), shapes=a.compare, with_peers=a.peers,
          candidates=None if a.candidates is None else a.candidates.split(","))

@@ -87,28 +87,45 @@ def test_kernels_match_numpy_drawn_shapes(top, b, t, s, kh, g, hf, hvf, causal, 
         np.testing.assert_allclose(got, want, rtol=2e-4, atol=atol, err_msg=prim.name)
 
 
-# every kernel under configurations other than the default: the VEC layout (contiguous
-# register tiles over rows padded for float4 reads), other loads-in-flight counts, prefetched
-# streamed tiles (PF), launch bounds (MB), k-loops of UK steps (lengths rounded up) and tile
-# shapes (forced on the simulator's tiny shapes as on the GPU);
-# partial tiles, GQA, strided query heads
-_FORCED = ([(4, 4, 2, 2, 1, 4), (8, 4, 2, 2, 1, 2, 1), (4, 8, 2, 2, 1, 3), (8, 8, 2, 4, 0, 2, 1),
-            (8, 8, 2, 2, 1, 2, 0, 0, 4), (4, 4, 2, 2, 0, 4, 1, 0, 2)]
-           if _sim() else [(64, 32, 16, 8), (32, 32, 8, 8), (64, 32, 16, 16, 1, 8),
-                           (32, 32, 8, 16, 1, 8), (32, 32, 16, 8, 0, 8, 1), (32, 64, 8, 8, 1, 8),
-                           (64, 32, 16, 16, 1, 8, 0, 3, 4), (32, 32, 8, 16, 1, 4, 0, 5, 4),
-                           (32, 32, 8, 8, 0, 4, 1, 0, 2)])
+# kernels under configurations other than the default: the VEC layout (contiguous register
+# tiles over rows padded for float4 reads), other loads-in-flight counts, prefetched streamed
+# tiles (PF), launch bounds (MB), k-loops of UK steps (lengths rounded up) and tile shapes;
+# partial tiles, GQA, strided query heads. The simulator forces each of its configurations on
+# every kernel. On a GPU (where each forced configuration compiles its kernels cold) the pairs
+# (configuration, mode) are those pick_config can choose for some padded head dim and compute
+# dtype other than a mode's default (the drawn-shape test runs those at every head-dim class),
+# the defaults of fwdl and delta (which it does not run), and one configuration of no mode's
+# list: 16 lanes a row with VEC, launch bounds, UK 4 and BR != BC (bwd's two-kernel path);
+# both shapes pad to D = 64. Before (nine configurations on every kernel, three shapes at two
+# padded head dims): about 130 kernel compiles, against about 20
+_MODES = ("fwd", "stats", "fwdl", "delta", "dq", "dkv", "bwd")
+
+
+def _gpu_forced():
+    pairs = [(None, "fwdl"), (None, "delta")]
+    for mode in _MODES:
+        for itemsize in (4, 8):
+            for d in (16, 32, 64, 128):
+                cfg = AS.pick_config(mode, d, itemsize, False)
+                if cfg != AS.GPU_CONFIGS[mode][0] and (cfg, mode) not in pairs:
+                    pairs.append((cfg, mode))
+    return pairs + [((64, 32, 16, 16, 1, 8, 0, 3, 4), m) for m in ("fwd", "bwd")]
+
+
+_FORCED = ([(c, None) for c in [(4, 4, 2, 2, 1, 4), (8, 4, 2, 2, 1, 2, 1), (4, 8, 2, 2, 1, 3),
+                                (8, 8, 2, 4, 0, 2, 1), (8, 8, 2, 2, 1, 2, 0, 0, 4),
+                                (4, 4, 2, 2, 0, 4, 1, 0, 2)]]
+           if _sim() else _gpu_forced())
 _FORCED_SHAPES = ([(1, 5, 6, 1, 2, 3, 2, True), (2, 4, 3, 2, 1, 2, 3, False),
                    (1, 3, 5, 1, 1, 5, 1, True)] if _sim() else
-                  [(2, 70, 75, 2, 2, 64, 64, True), (1, 33, 40, 1, 3, 40, 24, False),
-                   (1, 37, 37, 1, 2, 1, 3, True)])
+                  [(2, 70, 70, 2, 2, 64, 64, True), (1, 33, 40, 1, 3, 40, 24, False)])
 
 
-@pytest.mark.parametrize("cfg", _FORCED, ids=str)
-def test_forced_configs_match_numpy(cfg, monkeypatch):
+@pytest.mark.parametrize(("cfg", "mode"), _FORCED, ids=str)
+def test_forced_configs_match_numpy(cfg, mode, monkeypatch):
     if _sim():
         monkeypatch.setattr(AS, "SIM_CONFIG", cfg)
-    else:
+    elif cfg is not None:
         monkeypatch.setattr(AS, "GPU_CONFIGS",   # the defaults where cfg does not fit
                             {m: [cfg, *c] for m, c in AS.GPU_CONFIGS.items()})
     for b, t, s, kh, g, h, hv, causal in _FORCED_SHAPES:
@@ -119,20 +136,27 @@ def test_forced_configs_match_numpy(cfg, monkeypatch):
         qd, kd, vd, dod, od, std = _dev(q, k, v, do, o, st_)
         qd = _dev(qf)[0][..., 1:]
         lse = np.ascontiguousarray(st_[..., 0])
-        for prim, args, want, kw in [
-                (A.attention_p, (qd, kd, vd), o, prm),
-                (A.attention_stats_p, (qd, kd, od, dod), st_, prm),
-                (AL.attention_fwdl_p, (qd, kd, vd), AL._fwdl_impl(q, k, v, **prm), prm),
-                (AL.attention_delta_p, (od, dod, _dev(lse)[0]), AL._delta_impl(o, do, lse), {}),
-                (A.attention_dq_p, (qd, kd, vd, dod, std), A._dq_impl(q, k, v, do, st_, **prm),
-                 prm),
-                (A.attention_dkv_p, (qd, kd, vd, dod, std), A._dkv_impl(q, k, v, do, st_, **prm),
-                 prm),
-                (AB.attention_bwd_p, (qd, kd, vd, dod, std), AB._bwd_impl(q, k, v, do, st_, **prm),
-                 prm)]:
+        bwd = [(AB.attention_bwd_p, (qd, kd, vd, dod, std),
+                AB._bwd_impl(q, k, v, do, st_, **prm), prm)]
+        if s == t and h == hv:
+            pk = dict(prm, packed=True)
+            bwd.append((AB.attention_bwd_p, (qd, kd, vd, dod, std),
+                        AB._bwd_impl(q, k, v, do, st_, **pk), pk))
+        runs = {
+            "fwd": [(A.attention_p, (qd, kd, vd), o, prm)],
+            "stats": [(A.attention_stats_p, (qd, kd, od, dod), st_, prm)],
+            "fwdl": [(AL.attention_fwdl_p, (qd, kd, vd), AL._fwdl_impl(q, k, v, **prm), prm)],
+            "delta": [(AL.attention_delta_p, (od, dod, _dev(lse)[0]),
+                       AL._delta_impl(o, do, lse), {})],
+            "dq": [(A.attention_dq_p, (qd, kd, vd, dod, std),
+                    A._dq_impl(q, k, v, do, st_, **prm), prm)],
+            "dkv": [(A.attention_dkv_p, (qd, kd, vd, dod, std),
+                     A._dkv_impl(q, k, v, do, st_, **prm), prm)],
+            "bwd": bwd}
+        for prim, args, want, kw in [r for m in ([mode] if mode else _MODES) for r in runs[m]]:
             got = np.asarray(bind(prim, *args, **kw))
             np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-5,
-                                       err_msg=f"{prim.name} {cfg}")
+                                       err_msg=f"{prim.name} {cfg} {kw}")
 
 
 @pytest.mark.parametrize("causal", [True, False])
