@@ -154,24 +154,49 @@ class FusedKernel:
             # bandwidth needs: W2's bias + GELU kernels ran at ~1.6 TB/s
             self.per_thread = V
             coords = coordinates(rank, "c", "s", self.idx32) if need_coords else []
+            # flat kernels take any size: the last group's lanes past n re-read element i (a
+            # vector load there stays inside its aligned 16 bytes, so inside the allocation)
+            # and are not stored; coordinate kernels' V divides the last dim
+            tail = not need_coords
+            ixs = ["i"] + [f"i{k}" if tail else f"(i + {k})" for k in range(1, V)]
+            if tail:
+                coords += [f"i{k} = i + {k} if i + {k} < n else i" for k in range(1, V)]
             if self.vector:
                 coords += [f"{pname[v]}_v = ldv{V}({pname[v]}, {pname[v]}_o + i)"
                            for v in self.inputs if self.layout[v] == "flatv"]
             bodies, names = [], []
             for k in range(V):
-                b, nm = body("i" if k == 0 else f"(i + {k})", "t" if k == 0 else f"u{k}_", k)
+                b, nm = body(ixs[k], "t" if k == 0 else f"u{k}_", k)
                 bodies += b
                 names.append(nm)
             lines += [f"        {x}" for x in coords + bodies]
-            for j, o in enumerate(c.outputs):
-                if self.vout[j] and self.vector:
-                    vals = ", ".join(f"{nbt(o.aval.dtype)}({nm[o]})" for nm in names)
-                    lines.append(f"        stv{V}(out{j}, out{j}_o + i, {vals})")
-                    continue
-                for k in range(V):
-                    ix = "i" if k == 0 else f"(i + {k})"
-                    lines.append(f"        out{j}[out{j}_o + {ix}] = "
-                                 f"{nbt(o.aval.dtype)}({names[k][o]})")
+            vec_out = [j for j in range(len(c.outputs)) if self.vout[j] and self.vector]
+            plain = [j for j in range(len(c.outputs)) if j not in vec_out]
+
+            def put(j, k):
+                o = c.outputs[j]
+                return f"out{j}[out{j}_o + {ixs[k]}] = {nbt(o.aval.dtype)}({names[k][o]})"
+
+            full = []
+            for j in vec_out:
+                o = c.outputs[j]
+                vals = ", ".join(f"{nbt(o.aval.dtype)}({nm[o]})" for nm in names)
+                full.append(f"stv{V}(out{j}, out{j}_o + i, {vals})")
+            if tail and vec_out:
+                lines += [f"        if i + {V} <= n:"] + [f"            {x}" for x in full]
+                lines += ["        else:"] + [f"            {put(j, 0)}" for j in vec_out]
+                for k in range(1, V):
+                    lines += [f"            if i + {k} < n:"] + [
+                        f"                {put(j, k)}" for j in vec_out]
+            else:
+                lines += [f"        {x}" for x in full]
+            lines += [f"        {put(j, 0)}" for j in plain]
+            for k in range(1, V):
+                if tail and plain:
+                    lines += [f"        if i + {k} < n:"] + [f"            {put(j, k)}"
+                                                             for j in plain]
+                elif plain:
+                    lines += [f"        {put(j, k)}" for j in plain]
             lines.append("        i += step")
         elif need_coords or len(c.eqns) > UNROLL_MAX_EQNS:
             coords = []
@@ -228,13 +253,14 @@ def plan_steps(expr):
 
 def vec_width(c: Cluster, coords: bool = True) -> int:
     """Neighbouring elements a thread of c's kernel takes: the largest of VEC, 2, 1 dividing
-    the last dim (coordinate kernels: the neighbours share every other coordinate) or the size
-    (flat kernels); 1 for clusters over UNROLL_MAX_EQNS (flat ones: VEC_MAX_EQNS), whose
+    the last dim (coordinate kernels: the neighbours share every other coordinate), VEC for
+    flat kernels (whatever their size); 1 for clusters over UNROLL_MAX_EQNS (flat ones: VEC_MAX_EQNS), whose
     source would grow."""
     if not c.shape or len(c.eqns) > (UNROLL_MAX_EQNS if coords else VEC_MAX_EQNS):
         return 1
-    m = c.shape[-1] if coords else int(np.prod(c.shape))
-    return next(v for v in (VEC, 2, 1) if v <= VEC and m % v == 0)
+    if not coords:   # any size (the last group is partial): one source for every shape
+        return VEC
+    return next(v for v in (VEC, 2, 1) if v <= VEC and c.shape[-1] % v == 0)
 
 
 def aligned(buf, v: int, sim: bool) -> bool:
