@@ -2,7 +2,8 @@
 # One session's closing measurements on the GPU machine, from the project root after installing
 # .whl/ (README): bash benchmarks/session_run.sh part1 | part2. Logs under $OUT (or
 # benchmarks/out/); JSON lines and summaries on stdout. `closing`: part1's essentials and the
-# peers in one call, for a short device budget.
+# peers in one call, for a short device budget (with two cold first calls after compileall and
+# the serial W2 kernel table in $out/w2_serial.txt).
 #   part1: pytest -m cuda on a cold kernel cache (timed), W2's cold first call (twice as
 #          installed, twice after compileall: a pip install writes bytecode, this image's
 #          --no-compile install does not), W2's first call on a warm disk cache (warm2, warm3:
@@ -40,6 +41,7 @@ case "${1:-part1}" in
       > "$out/cuda_tests.log" 2>&1
     echo "pytest -m cuda cold: rc=$? $((SECONDS - t0)) s; $(tail -1 "$out/cuda_tests.log")"
     python3 -m compileall -q .site funcgrad > /dev/null 2>&1
+    for i in 1 2; do FUNCGRAD_CACHE_DIR=$(mktemp -d) python3 benchmarks/cold_compile.py 2>/dev/null | grep '^{' | cut -c1-300 | sed "s/^/cold$i /"; done
     warm=$(mktemp -d)
     for i in 1 2 3; do FUNCGRAD_CACHE_DIR=$warm python3 benchmarks/cold_compile.py 2>/dev/null | grep '^{' | cut -c1-420 | sed "s/^/run$i /"; done
     python3 benchmarks/bench_gpu.py W5 W1 W2 W3 W4 2>&1 | grep '^{' | grep -v '"plan"'
@@ -47,6 +49,8 @@ case "${1:-part1}" in
     PEERS_JAX_GPT=0 python3 benchmarks/peers_gpu.py 2>&1 | grep '^{'
     python3 benchmarks/peers_graphs.py 2>&1 | grep '^{'
     python3 benchmarks/w2_breakdown.py --tf32 2>&1 | grep 'step (TF32)'
+    FUNCGRAD_CONCURRENT_GRAPHS=0 python3 benchmarks/w2_breakdown.py > "$out/w2_serial.txt" 2>&1
+    grep 'W2 step' "$out/w2_serial.txt"
     python3 examples/train_gpt.py --steps 1000 --eval-every 250 --checkpoint /tmp/ckpt/g.st \
       2>&1 | tr '\r' '\n' | grep -E "val|trained|compil" ;;
 esac
