@@ -36,8 +36,8 @@ UNROLL = 2
 IDX32_LIMIT = 2 ** 31   # clusters smaller than this compute coordinates in 32 bits
 VEC = int(os.environ.get("FUNCGRAD_FUSED_VEC", "4"))  # neighbouring elements a thread takes
 #   (vec_width) ...
-VEC_MAX_EQNS = 64   # ... in flat clusters up to this size: two AdamW updates (W2 packs two
-#   parameters of a shape per kernel), whose one element a thread kept too few loads in flight
+VEC_MAX_EQNS = 64   # ... in flat clusters up to this size: AdamW's packs (W2: three parameters
+#   of a shape per kernel, 57 equations), whose one element a thread kept too few loads in flight
 
 
 class FusedKernel:
@@ -254,8 +254,8 @@ def plan_steps(expr):
 def vec_width(c: Cluster, coords: bool = True) -> int:
     """Neighbouring elements a thread of c's kernel takes: the largest of VEC, 2, 1 dividing
     the last dim (coordinate kernels: the neighbours share every other coordinate), VEC for
-    flat kernels (whatever their size); 1 for clusters over UNROLL_MAX_EQNS (flat ones: VEC_MAX_EQNS), whose
-    source would grow."""
+    flat kernels (whatever their size); 1 for clusters over UNROLL_MAX_EQNS (flat ones:
+    VEC_MAX_EQNS), whose source would grow."""
     if not c.shape or len(c.eqns) > (UNROLL_MAX_EQNS if coords else VEC_MAX_EQNS):
         return 1
     if not coords:   # any size (the last group is partial): one source for every shape
