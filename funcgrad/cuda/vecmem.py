@@ -18,7 +18,9 @@ def _ptr(context, builder, aryty, ary, idx, n):
     return builder.bitcast(builder.gep(a.data, [idx]), vty.as_pointer()), vty
 
 
-def _load(n):
+def vector_load(n, align=None):
+    """The typer of an intrinsic (x, i) -> (x[i], ..., x[i + n - 1]) by one vector load,
+    declared `align` bytes aligned (default itemsize * n)."""
     def typer(typingctx, arr, idx):
         if not isinstance(arr, types.Array) or not isinstance(idx, types.Integer):
             return None
@@ -27,7 +29,7 @@ def _load(n):
         def codegen(context, builder, sig, args):
             ptr, _ = _ptr(context, builder, sig.args[0], args[0], args[1], n)
             size = context.get_abi_sizeof(context.get_data_type(sig.args[0].dtype))
-            vec = builder.load(ptr, align=size * n)
+            vec = builder.load(ptr, align=align or size * n)
             return context.make_tuple(builder, sig.return_type,
                                       [builder.extract_element(vec, ir.IntType(32)(i))
                                        for i in range(n)])
@@ -65,5 +67,5 @@ def _st4(typingctx, arr, idx, a, b, c, d):
 
 # ldv4(x, i) -> (x[i], ..., x[i + 3]); stv4(x, i, a, b, c, d): x[i:i + 4] = a, b, c, d. The
 # element address must be aligned to the access (itemsize * n bytes; at most 16)
-ldv2, ldv4 = intrinsic(_load(2)), intrinsic(_load(4))
+ldv2, ldv4 = intrinsic(vector_load(2)), intrinsic(vector_load(4))
 stv2, stv4 = intrinsic(_st2), intrinsic(_st4)
