@@ -67,8 +67,7 @@ class FusedKernel:
         c = self.cluster
         rank = len(c.shape)
         pname = {v: f"in{k}" for k, v in enumerate(self.inputs)}
-        need_coords = any(self.layout[v] == "strided" for v in self.inputs) or any(
-            e.prim is P.iota_p for e in c.eqns)
+        need_coords = needs_coords(c, self.layout.values())
         self.coords = need_coords
         helpers = set()
 
@@ -251,6 +250,12 @@ def plan_steps(expr):
     return _plan_steps(expr, rematerialize=True, pack=True)
 
 
+def needs_coords(c: Cluster, modes) -> bool:
+    """Whether c's kernel computes coordinates: an operand read "strided" (`modes`: the
+    operands' layouts) or an iota."""
+    return "strided" in modes or any(e.prim is P.iota_p for e in c.eqns)
+
+
 def vec_width(c: Cluster, coords: bool = True) -> int:
     """Neighbouring elements a thread of c's kernel takes: the largest of VEC, 2, 1 dividing
     the last dim (coordinate kernels: the neighbours share every other coordinate), VEC for
@@ -291,7 +296,7 @@ def run_cluster(cache: dict, c: Cluster, env: dict):
     idx32 = n < IDX32_LIMIT
     pool = arrays.pool()
     outs = [pool.empty(o.aval.shape, o.aval.dtype) for o in c.outputs]
-    coords = "strided" in layout or any(e.prim is P.iota_p for e in c.eqns)
+    coords = needs_coords(c, layout)
     vec = vec_width(c, coords)
     sim = runtime.SIM
     vout = tuple(aligned(o, vec, sim) for o in outs) if vec > 1 else ()
