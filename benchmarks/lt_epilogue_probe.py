@@ -83,6 +83,21 @@ def candidates(p, cnt, A, B, C, label):
     return ts
 
 
+def run_best(p, cnt, A, B, C, name, row):
+    """Time plan p's cnt candidates and run the fastest on A, B -> C (synchronized); returns
+    their µs, or None after noting in `row` that there was no plan or every candidate failed."""
+    if p is None or not cnt:
+        row.append(f"{name}: none ({cnt})")
+        return None
+    ts = candidates(p, cnt, A, B, C, name)
+    if min(ts) == float("inf"):
+        row.append(f"{name}: all {cnt} failed")
+        return None
+    run_lt(p, int(np.argmin(ts)), A, B, C)
+    torch.cuda.synchronize()
+    return ts
+
+
 def gemm_ex(ta, tb, m, n, k, A, lda, B, ldb, C, ldc):
     cublas.set_stream(H, 0)
     cublas.set_workspace(H, WS.data_ptr(), 32 << 20)
@@ -101,15 +116,9 @@ def forward(M, N, K):
     row = [f"fwd {M}x{N}x{K}: gemmEx {t_ex:.1f} us (+ bias add {t_add:.1f})"]
     for epi in (E.DEFAULT, E.BIAS, E.GELU_BIAS):
         p, cnt = lt_plan(0, 0, N, M, K, N, K, N, epi, b.data_ptr() if epi != E.DEFAULT else 0)
-        if p is None or not cnt:
-            row.append(f"{epi.name}: none ({cnt})")
+        ts = run_best(p, cnt, w, x, out, epi.name, row)
+        if ts is None:
             continue
-        ts = candidates(p, cnt, w, x, out, epi.name)
-        if min(ts) == float("inf"):
-            row.append(f"{epi.name}: all {cnt} failed")
-            continue
-        run_lt(p, int(np.argmin(ts)), w, x, out)
-        torch.cuda.synchronize()
         want = ref if epi != E.GELU_BIAS else torch.nn.functional.gelu(ref, approximate="tanh")
         if epi == E.DEFAULT:
             want = ref - b
@@ -152,15 +161,9 @@ def wgrad(K_in, N_out, T=4096):
         db.zero_()
         p, cnt = lt_plan(ta, tb, m, n, k, lda, ldb, ldc, epi,
                          db.data_ptr() if epi != E.DEFAULT else 0)
-        if p is None or not cnt:
-            row.append(f"{epi.name}: none ({cnt})")
+        ts = run_best(p, cnt, A, B, C, epi.name, row)
+        if ts is None:
             continue
-        ts = candidates(p, cnt, A, B, C, epi.name)
-        if min(ts) == float("inf"):
-            row.append(f"{epi.name}: all {cnt} failed")
-            continue
-        run_lt(p, int(np.argmin(ts)), A, B, C)
-        torch.cuda.synchronize()
         got = C if C is out else C.T
         err = float((got - ref).abs().max() / ref.abs().max())
         derr = float((db - dbref).abs().max() / dbref.abs().max()) if epi != E.DEFAULT else 0
