@@ -45,13 +45,16 @@ def _group_reduce(var, op, L, shfl, ind):
             f"{ind}cuda.syncthreads()"]
 
 
-def source(kind, dtype, C, eps=None) -> str:
-    """kernel(R, N, RPW, <operand, offset>..., o, oo[, part]) for one backward kind."""
+def source(kind, dtype, C, eps=None, acc=False) -> str:
+    """kernel(R, N, RPW, <operand, offset>...[, r, ro], o, oo[, part]) for one kind; `acc`
+    (norm backward kinds): dx rows stored as dx + r (rounded to the dtype first, as an add
+    after the kernel would: funcgrad/cuda/rows_fuse.py)."""
     T, L = geometry()
     W, shfl = T // L, not runtime.SIM
     ct, out = compute_t(dtype), nbt(dtype)
     k = PARTIALS.get(kind, 0)
-    sig = ["R", "N", "RPW"] + [f"{a}, {a}o" for a in ARGS[kind]] + ["o", "oo"]
+    sig = ["R", "N", "RPW"] + [f"{a}, {a}o" for a in ARGS[kind]] + (["r, ro"] if acc else [])
+    sig += ["o", "oo"]
     sig += ["part", "parto"] if k else []
     I1, I2, I3 = "        ", "            ", "                "
     L_ = [f"\n@cuda.jit({runtime.jit_opts()})", f"def kernel({', '.join(sig)}):",
@@ -145,6 +148,8 @@ def source(kind, dtype, C, eps=None) -> str:
         L_ += _group_reduce("s2", "sum", L, shfl, I1) + [f"{I1}s2 = s2 * {inv_n}"]
         dx = "rs * (ga[m] * sa[m] - s1 - xa[m] * s2)" if center else (
             "rs * (ga[m] * sa[m] - xa[m] * s2)")
+        if acc:
+            dx = f"{ct}({out}({dx})) + {ct}(r[ro + base + j])"
         L_ += [f"{I1}if act:"] + each([f"o[oo + base + j] = {out}({dx})"], I2, guard=True)
         L_ += ["    gw = cuda.blockIdx.x * {W} + w".format(W=W)]
         L_ += each([f"part[parto + (gw * {k} + {i}) * N + j] = p{i}[m]" for i in range(k)], "    ",
@@ -167,8 +172,9 @@ def fits(n: int) -> bool:
     return -(-n // geometry()[1]) <= MAX_SLOTS
 
 
-def run(kind, ins: list, out_shape, dtype, eps=None) -> DeviceBuffer:
-    """The row primitive `kind` of contiguous-row operands `ins` (x-like first)."""
+def run(kind, ins: list, out_shape, dtype, eps=None, acc=None) -> DeviceBuffer:
+    """The row primitive `kind` of contiguous-row operands `ins` (x-like first); `acc` (norm
+    backward kinds): an array shaped like x added to the dx rows."""
     from .reduce import _reduce3
     x = ins[0]
     N = x.shape[-1]
@@ -183,16 +189,18 @@ def run(kind, ins: list, out_shape, dtype, eps=None) -> DeviceBuffer:
     W, C = T // L, -(-N // L)
     RPW = _rows_per_group(kind, R)
     NB = -(-R // (W * RPW))
-    key = ("rows", kind, np.dtype(dtype).name, C, eps, T, runtime.SIM)
-    kern = runtime.kernel(key, lambda: source(kind, dtype, C, eps))
+    key = ("rows", kind, np.dtype(dtype).name, C, eps, T, runtime.SIM) + (
+        ("acc",) if acc is not None else ())
+    kern = runtime.kernel(key, lambda: source(kind, dtype, C, eps, acc is not None))
     args = [R, N, RPW]
-    ins = [contiguous(b) for b in ins]   # held until the kernel is queued
+    # held until the kernel is queued
+    ins = [contiguous(b) for b in ins + ([acc] if acc is not None else [])]
     for b in ins:
         args += [b.arr(), b.offset]
     args += [out.arr(), out.offset]
     if k:
-        acc = np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
-        part = pool().empty((NB * W, k * N), acc)
+        pt = np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
+        part = pool().empty((NB * W, k * N), pt)
         args += [part.arr(), part.offset]
         kern[NB, T, runtime.stream()](*args)
         vec = out.view((k * N,), (1,), out.offset + R * N)
