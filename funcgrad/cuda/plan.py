@@ -22,7 +22,7 @@ import weakref
 import numpy as np
 
 from ..core import Array, Lit, Var, source_info
-from . import arrays, concurrent, epilogue, fusion, memplan, runtime
+from . import arrays, concurrent, epilogue, fusion, memplan, rows_fuse, runtime
 from .lowering import lower
 
 # FUNCGRAD_PROFILE=1: plans run step by step with a synchronize around each step (no graphs) and
@@ -44,7 +44,7 @@ class Plan:
         self.backend, self.expr, self.donate = backend, expr, tuple(donate)
         self.consts = [c.buf if isinstance(c, Array) and c.device == "cuda"
                        else backend.from_numpy(np.asarray(c)) for c in consts]
-        self.steps = epilogue.fuse(fusion.plan_steps(expr), expr)
+        self.steps = rows_fuse.fuse(epilogue.fuse(fusion.plan_steps(expr), expr), expr)
         self.kernels: dict = {}  # (fused source, layouts) -> compiled kernel
         last = {}   # last use of every variable, to release buffers early
         for i, (kind, s) in enumerate(self.steps):
@@ -357,6 +357,8 @@ class Plan:
                                        s.out.aval)
             elif kind == "gemm":
                 epilogue.run(s, env, read, self.kernels)
+            elif kind == "rows":
+                s.run(env, read)
             else:
                 self._run_fused(s, env)
             if tr is not None:
@@ -365,7 +367,8 @@ class Plan:
             if prof is not None:
                 runtime.load().synchronize()
                 name = s.prim.name if kind == "eqn" else kind
-                out = s.out.aval if kind == "eqn" else s.outputs[0].aval if kind == "gemm" else None
+                out = (s.out.aval if kind == "eqn" else s.outputs[0].aval
+                       if kind in ("gemm", "rows") else None)
                 key = f"{name} {out.str_short() if out is not None else list(s.shape)}"
                 prof[key] = prof.get(key, 0.0) + time.perf_counter() - t0
             for v in self.free_after[i]:
@@ -387,7 +390,7 @@ class Plan:
         for kind, s in self.steps:
             if kind == "eqn":
                 lines.append(f"  {s.prim.name} -> {s.out.aval.str_short()}")
-            elif kind == "gemm":
+            elif kind in ("gemm", "rows"):
                 lines.append(f"  {s.describe()}")
             else:
                 ops = "+".join(e.prim.name for e in s.eqns)
@@ -433,7 +436,7 @@ def _reads_flat(c, x) -> bool:
 def _reads(kind, s):
     if kind == "eqn":
         return [x for x in s.inputs if not isinstance(x, Lit)]
-    if kind == "gemm":
+    if kind in ("gemm", "rows"):
         return s.inputs
     return fusion.external_inputs(s)
 
