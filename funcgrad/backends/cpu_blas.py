@@ -11,6 +11,7 @@ Where numpy's BLAS is not a loaded OpenBLAS, nothing changes.
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import threading
 
@@ -20,6 +21,8 @@ _SYMBOLS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads
             "openblas_set_num_threads64_", "openblas_set_num_threads")
 _set_threads = None     # ctypes function, or False when there is none
 _get_threads = None
+# a lost try of the slower way waits REGRET times its extra cost (in calls of the best way)
+REGRET = 32
 
 
 def serial_flops() -> int:
@@ -105,6 +108,11 @@ class Adaptive:
     Any switch looks back 8 calls later: a few slow runs of the pool (2-4x, blended into its
     average) had put a C2 product on one thread for the 128-512 calls the pool's long-grown
     interval asked for (+0.45 ms each; 8% of C2's products ran serial in 1,000 idle steps).
+    A lost try also waits at least REGRET times its extra cost, counted in calls of the best
+    way, so that exploring costs at most ~1/REGRET of the time: on a busy machine (load 2-7 on
+    this 2-core VM, 2026-11-25) a try of the pool stalled 14-19 ms against ~1.7 ms on one
+    thread, and the doubling interval alone had let 66 such tries into 100 C2 steps (~9 ms a
+    step); a try 10x slower now waits ~290 calls.
     """
 
     def __init__(self, ways, clock=None):
@@ -125,7 +133,9 @@ class Adaptive:
         if k != self.best:   # a try of the other way: its time now
             self.avg[k] = dt
             self.since = 0
-            self.explore = 8 if dt < self.avg[self.best] else min(2 * self.explore, 4096)
+            b = self.avg[self.best]
+            self.explore = 8 if dt < b else min(
+                max(2 * self.explore, math.ceil(REGRET * (dt - b) / max(b, 1e-9))), 4096)
         else:
             stall = a is not None and dt > 4 * a
             self.avg[k] = dt if a is None or stall else 0.7 * a + 0.3 * dt

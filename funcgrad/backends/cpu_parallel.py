@@ -94,7 +94,14 @@ def split_min_work() -> int | None:
     Off by default because it did not pay on the development VM (2 vCPUs that behave like
     one core's two hyperthreads: two single-thread products ran no faster side by side than
     one after the other, and a C2 step took 5.0-5.1 ms with serial kernels against 5.1-6.2 ms
-    with Adam's kernels split).
+    with Adam's kernels split). Re-measured 2026-11-25 (same VM, now two real cores: two
+    one-thread products side by side ran in 1.47 ms against 1.40 for one): Adam's kernel is
+    bound by its 3 divisions and square root (8-lane vectors, ~2.6 cycles an element: 0.37 ms
+    for C2's 401,408-element weight on one thread), not by memory, so two cores could halve
+    it; but the helper, asleep between tasks, wakes late on this VM: split in 2, 4 or 8
+    chunks the kernel took 0.27 ms at best and 0.40 ms by the median. A product split by
+    rows over the pair (one BLAS thread each) lost to OpenBLAS's pool on an idle machine
+    (1.07-1.22 against 0.95 ms for 256x784x512) and to one thread on a busy one.
     """
     v = os.environ.get("FUNCGRAD_CPU_SPLIT_WORK")
     return int(v) if v and os.cpu_count() != 1 else None
