@@ -1,6 +1,7 @@
 """The residual-add fusion of funcgrad/cuda/rows_fuse.py: a norm backward whose dx feeds only
 `dx + r` writes dx + r itself; plans use it on pre-norm blocks (W2's GPT) and give the
-unfused plan's results bit for bit."""
+unfused plan's results (bit for bit in the simulator; on a GPU the row kernel's layout follows
+every operand's alignment, r's included, so a row's sums may be added in another order)."""
 from __future__ import annotations
 
 import os
@@ -63,7 +64,7 @@ def _grads(fn, p, x, enabled):
 @pytest.mark.parametrize("kind", ["layer_norm", "rms_norm"])
 @given(rows=st.integers(0, 5), n=st.integers(1, 9),
        dtype=st.sampled_from([np.float32, np.float64]))
-def test_fused_residual_equals_unfused_bit_for_bit(kind, rows, n, dtype):
+def test_fused_residual_equals_unfused(kind, rows, n, dtype):
     rng = np.random.default_rng(rows * 10 + n)
     p = _params(rng, n, dtype)
     x = funcgrad.device_put(rng.standard_normal((rows, n)).astype(dtype), "cuda")
@@ -73,7 +74,10 @@ def test_fused_residual_equals_unfused_bit_for_bit(kind, rows, n, dtype):
     assert desc.count(f"{kind}_bwd + residual") == (2 if rows else 0), desc
     assert "+ residual" not in desc0, desc0
     for a, b in zip(fused, plain):
-        np.testing.assert_array_equal(a, b)
+        if fcuda.simulator_active():
+            np.testing.assert_array_equal(a, b)
+        else:
+            np.testing.assert_allclose(a, b, rtol=4 * np.finfo(dtype).eps, atol=0)
     # and both equal the CPU backend's gradients
     with funcgrad.default_device("cpu"):
         ref = funcgrad.grad(_block_loss(kind))(
