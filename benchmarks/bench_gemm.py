@@ -3,8 +3,9 @@ numba kernel, beside torch (allow_tf32 False/True) in the same process. One JSON
 
 W4 is 4096^3 float32 under funcgrad.jit; the other shapes are the W1/W2 products (MLP layers,
 GPT projections, per-head attention scores) with transposed and batched operands.
-Usage: python benchmarks/bench_gemm.py [--quick] [--w2]
-(--quick: no numba-kernel figures; --w2: only W2's GPT step, in fp32 then with TF32.)
+Usage: python benchmarks/bench_gemm.py [--quick] [--w2] [--w4]
+(--quick: no numba-kernel figures; --w2: only W2's GPT step, in fp32 then with TF32; --w4: only
+W4's figures, quick.)
 """
 from __future__ import annotations
 
@@ -197,7 +198,9 @@ def main(argv):
     emit(what="versions", gpu=torch.cuda.get_device_name(0), torch=torch.__version__,
          gemm_backend=funcgrad.cuda.gemm_backend("float32"), date=time.strftime("%Y-%m-%d"))
     rng = np.random.default_rng(0)
-    if "--w2" not in argv:
+    if "--w4" in argv:
+        w4(rng, True)
+    elif "--w2" not in argv:
         w4(rng, quick)
         graph_check(rng)
         shapes(rng, quick)

@@ -69,6 +69,12 @@ def main():
     copy_ms = graph_ms(lambda: big.clone())
     print(json.dumps({"copy_GBs": round(2 * big.numel() * 4 / copy_ms / 1e6),
                       "gpu": torch.cuda.get_device_name()}), flush=True)
+    # the copy at W2's reduction sizes: what a kernel reading a few MB reaches in a graph
+    for shape in ((4096, 384), (4096, 1536)):
+        small = torch.empty(shape, device="cuda")
+        ms = graph_ms(lambda: small.clone())
+        print(json.dumps({"copy_shape": list(shape), "copy_us": round(ms * 1e3, 2),
+                          "copy_GBs": round(2 * small.numel() * 4 / ms / 1e6)}), flush=True)
     cases = [("sum axis0 4096x384", (4096, 384), (0,)), ("sum axis1 4096x384", (4096, 384), (1,)),
              ("sum axis0 4096x1536", (4096, 1536), (0,)),
              ("sum axis1 4096x1536", (4096, 1536), (1,)),

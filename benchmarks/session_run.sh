@@ -49,6 +49,8 @@ case "${1:-part1}" in
     PEERS_JAX_GPT=0 python3 benchmarks/peers_gpu.py 2>&1 | grep '^{'
     python3 benchmarks/peers_graphs.py 2>&1 | grep '^{'
     python3 benchmarks/w2_breakdown.py --tf32 2>&1 | grep 'step (TF32)'
+    python3 benchmarks/bench_gemm.py --w4 2>&1 | grep '"W4_'
+    python3 benchmarks/bench_kernels.py 2>&1 | grep '^{'
     FUNCGRAD_CONCURRENT_GRAPHS=0 python3 benchmarks/w2_breakdown.py > "$out/w2_serial.txt" 2>&1
     grep 'W2 step' "$out/w2_serial.txt"
     python3 examples/train_gpt.py --steps 1000 --eval-every 250 --checkpoint /tmp/ckpt/g.st \
