@@ -2,7 +2,7 @@
 call itself, Python after it (results, donation, unflatten), and the wait for the GPU, as medians
 over synchronized calls of W5, W1 and W2 (GPU). One JSON line per workload.
 
-Usage: python benchmarks/host_split.py [W5 W1 W2]
+Usage: python benchmarks/host_split.py [W5 W1 W2] [--reps N]   (N calls timed, default 200)
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from host_profile import _Gpt  # noqa: E402
 from workloads import MlpAdam  # noqa: E402
 
 
-def split(step, reps=50):
+def split(step, reps=200):
     """Medians (µs) of: call start -> launch, the launch call, launch return -> call return,
     call return -> GPU done; the GraphSet's launch is wrapped to time it."""
     plan = step.step.lower(step.params, step.state, step.x, step.y).compile()
@@ -53,7 +53,7 @@ def split(step, reps=50):
                     (round(float(x), 1) for x in med)), calls=len(rows))
 
 
-def main(which):
+def main(which, reps=200):
     for w in which:
         if w == "W2":
             step = _Gpt()
@@ -62,8 +62,13 @@ def main(which):
             step = MlpAdam(sizes, batch)
         for _ in range(30):
             step()
-        emit(what="host_split", workload=w, **split(step))
+        emit(what="host_split", workload=w, **split(step, reps))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or ["W5", "W1", "W2"])
+    args = sys.argv[1:]
+    n = 200
+    if "--reps" in args:
+        k = args.index("--reps")
+        n, args = int(args[k + 1]), args[:k] + args[k + 2:]
+    main(args or ["W5", "W1", "W2"], n)

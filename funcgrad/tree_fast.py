@@ -7,6 +7,11 @@ an object that has exactly that structure (else None), `builder` rebuilds the py
 leaves exactly as `tree_unflatten` would. Only tuples, lists, dicts, namedtuples and None are
 written out; a structure with any other node (OrderedDict, registered classes) gets None and
 jit keeps optree for it.
+
+The getter takes a sequence's children by one unpacking (which also checks the length), the
+builder takes its leaves by one unpacking and makes namedtuples through tuple.__new__ when
+their class adds no constructor of its own: W1's arguments (22 leaves) 1.02 -> 0.85 µs, its
+results 1.73 -> 1.50 µs on the dev VM (2026-11-25).
 """
 from __future__ import annotations
 
@@ -54,7 +59,10 @@ class _Writer:
 
 
 def _get_lines(w: _Writer, node, v: str, leaves: dict) -> bool:
-    """Checks and reads of `node` held in variable v; False for an unsupported node."""
+    """Checks and reads of `node` held in variable v; False for an unsupported node.
+
+    A sequence's children are read by one unpacking (it checks the length: a ValueError), an
+    empty container by its truth value, a dict's by key after a type and length check."""
     if type(node) is _Slot:
         if w.names["L"] is not None:
             w.lines.append(f"if type({v}) is not L: return None")
@@ -65,26 +73,25 @@ def _get_lines(w: _Writer, node, v: str, leaves: dict) -> bool:
         return True
     if type(node) in (tuple, list) or _is_namedtuple(node):
         t = type(node).__name__ if type(node) in (tuple, list) else w.type_name(type(node))
-        w.lines.append(f"if type({v}) is not {t} or len({v}) != {len(node)}: return None")
-        items = list(enumerate(node))
-        subs = [(f"{v}[{i}]", c) for i, c in items]
+        if not len(node):
+            w.lines.append(f"if type({v}) is not {t} or {v}: return None")
+            return True
+        w.lines.append(f"if type({v}) is not {t}: return None")
+        kids = [(w.var(), c) for c in node]
+        w.lines.append("".join(f"{u}, " for u, _ in kids) + f"= {v}")
     elif type(node) is dict:
         if not all(type(k) in _KEY_TYPES for k in node):
             return False
+        if not node:
+            w.lines.append(f"if type({v}) is not dict or {v}: return None")
+            return True
         w.lines.append(f"if type({v}) is not dict or len({v}) != {len(node)}: return None")
-        subs = [(f"{v}[{k!r}]", c) for k, c in node.items()]
+        kids = [(w.var(), c) for c in node.values()]
+        for (u, _), k in zip(kids, node):
+            w.lines.append(f"{u} = {v}[{k!r}]")
     else:
         return False
-    for expr, c in subs:
-        u = w.var()
-        w.lines.append(f"{u} = {expr}")
-        if type(c) is _Slot:
-            if w.names["L"] is not None:
-                w.lines.append(f"if type({u}) is not L: return None")
-            leaves[c.i] = u
-        elif not _get_lines(w, c, u, leaves):
-            return False
-    return True
+    return all(_get_lines(w, c, u, leaves) for u, c in kids)
 
 
 def leaf_getter(treedef, leaf_type: type | None) -> Callable | None:
@@ -108,7 +115,7 @@ def leaf_getter(treedef, leaf_type: type | None) -> Callable | None:
     out = ", ".join(leaves[i] for i in range(treedef.num_leaves))
     body = "\n        ".join(w.lines)
     src = (f"def get(x):\n    try:\n        {body or 'pass'}\n        return [{out}]\n"
-           "    except (KeyError, IndexError, TypeError):\n        return None\n")
+           "    except (KeyError, IndexError, TypeError, ValueError):\n        return None\n")
     ns = dict(w.names)
     exec(compile(src, "<funcgrad tree getter>", "exec"), ns)   # our own source
     return ns["get"]
@@ -116,7 +123,7 @@ def leaf_getter(treedef, leaf_type: type | None) -> Callable | None:
 
 def _build_expr(w: _Writer, node) -> str | None:
     if type(node) is _Slot:
-        return f"o[{node.i}]"
+        return f"o{node.i}"
     if node is None:
         return "None"
     if type(node) in (tuple, list) or _is_namedtuple(node) or type(node) is dict:
@@ -132,8 +139,21 @@ def _build_expr(w: _Writer, node) -> str | None:
             return "[" + ", ".join(parts) + "]"
         if type(node) is tuple:
             return "(" + "".join(p + ", " for p in parts) + ")"
+        if _plain_namedtuple(type(node)):   # its own __new__ is tuple.__new__ with checks
+            return f"TN({w.type_name(type(node))}, ({''.join(p + ', ' for p in parts)}))"
         return f"{w.type_name(type(node))}({', '.join(parts)})"
     return None
+
+
+def _plain_namedtuple(t: type) -> bool:
+    """t is a namedtuple class as collections.namedtuple / typing.NamedTuple made it, or a
+    subclass defining neither __new__ nor __init__: t(*xs) is tuple.__new__(t, xs)."""
+    for c in t.__mro__:
+        if "_make" in c.__dict__ and "_fields" in c.__dict__:
+            return True
+        if "__new__" in c.__dict__ or "__init__" in c.__dict__:
+            return False
+    return False
 
 
 def builder(treedef) -> Callable | None:
@@ -149,7 +169,9 @@ def builder(treedef) -> Callable | None:
     expr = _build_expr(w, _skeleton(treedef))
     if expr is None:
         return None
-    ns = dict(w.names)
-    exec(compile(f"def build(o):\n    return {expr}\n", "<funcgrad tree builder>", "exec"),
-         ns)   # our own source
+    ns = dict(w.names, TN=tuple.__new__)
+    # the leaves taken by one unpacking (faster than a subscript each)
+    take = "".join(f"o{i}, " for i in range(treedef.num_leaves)) + "= o\n    "
+    exec(compile(f"def build(o):\n    {take if treedef.num_leaves else ''}return {expr}\n",
+                 "<funcgrad tree builder>", "exec"), ns)   # our own source
     return ns["build"]

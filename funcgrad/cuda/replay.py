@@ -11,13 +11,24 @@ released as usual (held results are moved out) and fresh Arrays are made. Any ot
 the full way (graphs.GraphSet.__call__), which drops the memo's references into the set it
 writes and learns the memo again.
 
+Per call the memo makes two C-level passes before the launch: the arguments against the list
+of the very objects expected (`any(map(is_not, ...))`: no ids to make and compare), and the
+reference counts of the results it would return again (Held.free). The expected list holds
+the results fed back, so it belongs to those results' Held, whose reference-count base counts
+it: it lives exactly as long as that base is compared. jit calls the memo first thing
+(jit.py's front path) and inlines nothing else. W1 on an H200 host (2026-11-25,
+benchmarks/host_split.py, five processes each of the old and new code alternating in one
+call, fastest of each): 10.4 -> 8.6 µs before the launch, 3.4 -> 2.7 µs after it, 4.2 µs the
+launch itself; that host also ran some processes of both about 1.75x slower throughout. On the
+dev VM's stand-in (`host_profile.py --standin W1`): 5.65 / 2.45 -> 4.2 / 1.97 µs.
+
 Plans whose results alias an argument keep the full path; plans that donate arguments have a
 memo of their own (replay_inplace.py).
 """
 from __future__ import annotations
 
 import sys
-from operator import attrgetter, itemgetter
+from operator import attrgetter, is_not, itemgetter
 from weakref import getweakrefcount
 
 from ..core import Array, DeletedBuffer
@@ -26,6 +37,7 @@ from .arrays import DeviceBuffer
 
 _buf = attrgetter("buf")
 _refs = sys.getrefcount
+_UNSEEN = object()   # stands for an argument not seen yet in a memo's expected arguments
 
 
 def _picker(positions):
@@ -44,10 +56,13 @@ class Held:
     """Result Arrays a memo may return again, and what tells that only the memo holds them:
     the Arrays outs[j] for j in `which`, their buffers and blocks with the sum of their
     reference counts when taken (so made here, with no temporary list holding them), and
-    the buffers of outs[j] for j in `chk` (a deleted result has another)."""
-    __slots__ = ("arrs", "base", "chk", "chk_ids", "objs")
+    the buffers of outs[j] for j in `chk` (a deleted result has another). `keep`: a list
+    that holds some of the Arrays for as long as this Held lives (Memo's expected arguments,
+    counted in the base)."""
+    __slots__ = ("arrs", "base", "chk", "chk_ids", "keep", "objs")
 
-    def __init__(self, outs, which, chk):
+    def __init__(self, outs, which, chk, keep=None):
+        self.keep = keep
         self.arrs = tuple(outs[j] for j in which)
         bufs = tuple(map(_buf, self.arrs))
         self.objs = self.arrs + bufs + tuple({id(b.block): b.block for b in bufs}.values())
@@ -76,10 +91,15 @@ def launch(gs, entry, args):
 
 
 class Memo:
-    """What the next calls of one GraphSet are expected to be, per output set t (0, 1)."""
-    __slots__ = ("all_bufs", "all_ids", "deaths", "entry", "fed_bufs", "fed_get", "fed_ids",
-                 "fed_pos", "feed", "free_get", "free_pos", "held", "inplace", "key", "last",
-                 "n", "nxt", "outs", "seen", "seen_bufs", "seen_ids")
+    """What the next calls of one GraphSet are expected to be, per output set t (0, 1).
+
+    expect[t]: the very arguments a call writing set t must pass (a list, compared by
+    identity): the other set's results where they are fed back, the batch seen last elsewhere
+    (_UNSEEN before one is). The list holds results of the other set, so that set's Held
+    keeps it (its reference-count base counts the list's references) and it goes with it."""
+    __slots__ = ("all_bufs", "deaths", "entry", "expect", "fed_bufs", "fed_get", "fed_pos",
+                 "feed", "free_get", "free_pos", "held", "inplace", "key", "last", "n", "nxt",
+                 "outs", "seen", "seen_bufs")
 
     def __init__(self, n, feed, free_pos):
         self.n, self.feed, self.free_pos = n, feed, free_pos
@@ -88,12 +108,12 @@ class Memo:
         self.fed_get = _picker(self.fed_pos) if self.fed_pos else None
         two = (None, None)
         self.entry, self.key, self.outs, self.held = [*two], [*two], [*two], [*two]
-        self.fed_ids, self.fed_bufs = [*two], [*two]
-        # every argument's id and its buffer's, per output set: one comparison per call when
-        # the batch is the one seen last (`seen`: kept alive, so their ids stay theirs)
-        self.all_ids, self.all_bufs = [*two], [*two]
+        self.expect, self.fed_bufs = [*two], [*two]
+        # every argument's buffer's id, per output set: compared when some Array was deleted
+        # since the last call (the Arrays in `expect` keep their buffers alive)
+        self.all_bufs = [*two]
         self.free_get = _picker([i for i, _ in free_pos])
-        self.seen = self.seen_ids = self.seen_bufs = None
+        self.seen = self.seen_bufs = None
         self.last = self.nxt = 0
         self.deaths = -1   # DeletedBuffer.made when the buffers were last checked
 
@@ -108,44 +128,58 @@ class Memo:
         same ones needs none."""
         got = self.free_get(args)
         self.seen = (got, tuple(map(_buf, got)))
-        self.seen_ids, self.seen_bufs = list(map(id, got)), list(map(id, self.seen[1]))
+        self.seen_bufs = list(map(id, self.seen[1]))
         self._compose(0)
         self._compose(1)
 
     def _compose(self, u):
-        self.all_ids[u] = self.all_bufs[u] = None
-        if self.fed_ids[u] is None or self.seen_ids is None:
+        """Put the batch seen last into expect[u] (its results stay) and list every
+        argument's buffer id."""
+        self.all_bufs[u] = None
+        exp = self.expect[u]
+        if exp is None or self.seen is None:
             return
-        ids, bufs = [0] * self.n, [0] * self.n
-        for (i, _), a, b in zip(self.free_pos, self.seen_ids, self.seen_bufs):
-            ids[i], bufs[i] = a, b
-        for i, a, b in zip(self.fed_pos, self.fed_ids[u], self.fed_bufs[u]):
-            ids[i], bufs[i] = a, b
-        self.all_ids[u], self.all_bufs[u] = ids, bufs
+        bufs = [0] * self.n
+        for (i, _), a, b in zip(self.free_pos, self.seen[0], self.seen_bufs):
+            exp[i], bufs[i] = a, b
+        for i, b in zip(self.fed_pos, self.fed_bufs[u]):
+            bufs[i] = b
+        self.all_bufs[u] = bufs
 
     def store(self, t, outs, plan):
         """Keep set t's result Arrays `outs` (just made, held by nothing else yet) and what
         the call reading them (writing the other set) must pass."""
         self.outs[t] = outs
+        exp = self._expect(1 - t if self.fed_get is not None else 0, outs)
         self.held[t] = Held(outs, [j for j, o in enumerate(outs) if _in_set(o, plan)],
-                            range(len(outs)))
-        self._expect(1 - t if self.fed_get is not None else 0, outs)
+                            range(len(outs)), exp)
 
-    def _expect(self, u, outs):
-        """The arguments a call writing set u reads from `outs` (the other set's results)."""
+    def _expect(self, u, outs, exp=None) -> list:
+        """The arguments a call writing set u must pass, `outs` (the other set's results)
+        where they are fed back; returns the list (expect[u]) for the Held of `outs`."""
         if self.fed_get is None:
-            self.fed_ids[u], self.fed_bufs[u] = [], []
+            self.fed_bufs[u] = []
+            fed = ()
         else:
             fed = self.fed_get([outs[j] if j >= 0 else None for j in self.feed])
-            self.fed_ids[u] = list(map(id, fed))
             self.fed_bufs[u] = list(map(id, map(_buf, fed)))
+        if exp is None:
+            exp = [_UNSEEN] * self.n
+            for i, o in zip(self.fed_pos, fed):
+                exp[i] = o
+        else:   # (its fed positions hold these results already)
+            for i, _ in self.free_pos:
+                exp[i] = _UNSEEN
+        del fed
+        self.expect[u] = exp
         self._compose(u)
+        return exp
 
     def drop(self, t):
         """Forget set t's results and the expectations naming them."""
         u = 1 - t if self.fed_get is not None else 0
         self.outs[t] = self.held[t] = None
-        self.fed_ids[u] = self.fed_bufs[u] = self.all_ids[u] = self.all_bufs[u] = None
+        self.expect[u] = self.fed_bufs[u] = self.all_bufs[u] = None
 
 
 
@@ -170,12 +204,13 @@ def feed_of(memo, args, plan) -> tuple | None:
 
 
 def carry(memo, feed, s):
-    """The memo's last results, kept for a call writing set s that reads them (fed back)."""
+    """The memo's last results, kept for a call writing set s that reads them (fed back):
+    (outs, Held, entry, key, the memo's feed)."""
     t = 1 - s
     if (memo is None or feed is None or memo.last != t or memo.held[t] is None
             or all(j < 0 for j in feed)):
         return None
-    return memo.outs[t], memo.held[t], memo.entry[t], memo.key[t]
+    return memo.outs[t], memo.held[t], memo.entry[t], memo.key[t], memo.feed
 
 
 def learn(gs, args, bufs, feed, s, key, entry, outs, kept) -> Memo:
@@ -203,7 +238,9 @@ def learn(gs, args, bufs, feed, s, key, entry, outs, kept) -> Memo:
     m.entry[u] = gs.entries.get(m.key[u])
     if kept is not None and kept[3] == m.key[u]:
         m.outs[u], m.held[u] = kept[:2]
-        m._expect(s, m.outs[u])
+        # the Held's expected arguments serve when the feed is the same (another list would
+        # hold its Arrays once more: they would not be returned again)
+        m._expect(s, m.outs[u], m.held[u].keep if kept[4] == feed else None)
     return m
 
 
@@ -249,20 +286,21 @@ def replay(gs, args) -> list | None:
     if m is None or len(args) != m.n:
         return None
     t = m.nxt
-    ids, entry = m.fed_ids[t], m.entry[t]
-    if ids is None or entry is None or entry.ab is not None:
+    exp, entry = m.expect[t], m.entry[t]
+    if exp is None or entry is None or entry.ab is not None:
         return None
-    plan = gs.plan
     # the very objects expected (results fed back, the batch seen last), with their buffers
     # (checked again only when some Array was deleted since)
     deaths = DeletedBuffer.made
     same_bufs = deaths == m.deaths
-    if list(map(id, args)) != m.all_ids[t] or not (
+    if any(map(is_not, args, exp)) or not (
             same_bufs or list(map(id, map(_buf, args))) == m.all_bufs[t]):
         if m.fed_get is not None:
             fed = m.fed_get(args)
-            if list(map(id, fed)) != ids or list(map(id, map(_buf, fed))) != m.fed_bufs[t]:
+            if (any(map(is_not, fed, m.fed_get(exp)))
+                    or list(map(id, map(_buf, fed))) != m.fed_bufs[t]):
                 return None
+            del fed
         if not _free_ok(gs, m, args):
             return None
         m.see(args)
@@ -273,12 +311,17 @@ def replay(gs, args) -> list | None:
     del held
     if fresh:
         m.drop(t)
-        plan.release_set(t, 0)   # (the memo keeps no reference into set t: held ones move)
-    launch(gs, entry, args)
+        gs.plan.release_set(t, 0)   # (the memo keeps no reference into set t: held ones move)
+    if entry.staged:
+        gs._stage(entry, lambda i: args[i].buf)
+    err = gs._launch(entry.handle, 0)   # (launch() inlined: one call less per step)
+    if err:
+        gs.memo = None
+        raise RuntimeError(f"cuGraphLaunch failed (CUresult {err})")
     outs = m.outs[t]
     if fresh:
         outs = gs._results(entry, None, t)
-        m.store(t, outs, plan)
+        m.store(t, outs, gs.plan)
     m.last, m.nxt = t, (1 - t if m.fed_get is not None else 0)
     m.deaths = deaths
     return outs
