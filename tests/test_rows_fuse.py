@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import funcgrad
@@ -62,6 +62,7 @@ def _grads(fn, p, x, enabled):
 
 
 @pytest.mark.parametrize("kind", ["layer_norm", "rms_norm"])
+@settings(max_examples=6)   # each example plans and runs three programs (simulator: ~7 s)
 @given(rows=st.integers(0, 5), n=st.integers(1, 9),
        dtype=st.sampled_from([np.float32, np.float64]))
 def test_fused_residual_equals_unfused(kind, rows, n, dtype):
