@@ -3,8 +3,12 @@
 A group of L lanes (a warp on a GPU, 4 threads in the simulator) owns a row and holds it in
 registers, so each row is read once and written once; row sums and maxima are a butterfly of
 warp shuffles (a shared-memory tree in the simulator, which has no shuffles), with no block
-barrier. The generator unrolls every per-lane loop itself: a lane's C = ceil(n / L) slots are
-named scalars (xa_0, xa_1, ...), never a local array that could end up in local memory.
+barrier. A lane's C = ceil(n / L) slots are local arrays walked by constant-trip loops (over
+slots, or over runs of V): NVVM unrolls them fully and keeps the arrays in registers (no
+ld.local / st.local in any PTX checked: C up to 32). The generator does not unroll them itself:
+the named-scalar version (commit 2834696) grew W2's layer_norm_bwd to 470-640 source lines,
+4-7 s of numba typing and lowering on the dev VM and 7.3-8.1 s of compile on the H200; the loops
+take 165-180 lines and ~1.1 s to lower (benchmarks/out/rows_lower.py, local NVVM 0.2-0.3 s).
 
 Where every row-shaped and per-column operand is aligned for it (offsets and n multiples of V,
 checked at launch; the width is part of the kernel key) a lane owns runs of V contiguous
@@ -26,7 +30,12 @@ W2's 4096 x 384 float32 layer norm forward 8.5-8.65 -> 3.5-3.6 us (torch 9.5-9.6
 with its column reduction 16.5-16.6 -> 10.5 (torch 17.3-17.4; the column reduction of 256
 partial rows is 4.6 of them); softmax_xent_bwd at 4096 x 256 6.3-6.35 -> 3.6 (torch's
 log_softmax backward 2.8). The scalar layout (unaligned operands, n not a multiple of V): 9.5,
-16.8-17.0 and 5.35 us.
+16.8-17.0 and 5.35 us. The loop version (2026-11-25, one run, the named-scalar one beside it at
+3.51 / 9.98 / 3.57): 3.91 / 10.98 (10.72 without prefetch) / 3.78 us, 78 / 128 / 56 registers
+against 64 / 128 / 39, with a per-slot column test (19 setp in the forward's PTX against 10);
+the test is now one a run (10 setp, as before), not yet timed on a GPU. W2's cold first call
+with the loop kernels: 4.4 s (the slowest kernel's compile 3.1 s, 33 kernels in parallel; one
+run), against 8.4-9.1 s.
 """
 from __future__ import annotations
 
@@ -113,7 +122,7 @@ def source(kind, dtype, C, eps=None, W=4, V=1, prefetch=False, acc=False) -> str
     T, sim = W * L, runtime.SIM
     ct, out = compute_t(dtype), nbt(dtype)
     k = PARTIALS.get(kind, 0)
-    G = C // V
+    G, VL = C // V, V * L
     vec = V > 1 and not sim
     sig = ["R", "N", "RPW"] + [f"{a}, {a}o" for a in ARGS[kind]] + ["o", "oo"]
     sig += ["r", "ro"] if acc else []
@@ -122,174 +131,173 @@ def source(kind, dtype, C, eps=None, W=4, V=1, prefetch=False, acc=False) -> str
     head = f"from funcgrad.cuda.vecmem import ldv{V}, stv{V}\n" if vec else ""
     src = [f"\n@cuda.jit({runtime.jit_opts()})", f"def kernel({', '.join(sig)}):",
            "    t = cuda.threadIdx.x", f"    w = t // {L}", f"    lane = t - w * {L}",
-           f"    row0 = (cuda.blockIdx.x * {W} + w) * RPW"]
+           f"    row0 = (cuda.blockIdx.x * {W} + w) * RPW", f"    j0 = lane * {V}"]
     if sim:
         src.append(f"    sh = cuda.shared.array({T}, {ct})")
-    src += [f"    j{g} = lane * {V} + {g * V * L}" for g in range(G)]
     inv_n = f"({ct}(1) / {ct}(max(N, 1)))"
-    S = range(C)
-
-    def ok(m):
-        return f"j{m // V} < N"
-
-    def load(pre, arr, act, base, fill_value=f"{ct}(0)", ind=I1):
-        """Lines loading row `base` (or, base None, the per-column operand) of arr into the
-        slots pre_0 .. pre_{C-1}; slots past n (or of an inactive row) get fill_value."""
-        lines = []
-        for g in range(G):
-            at = f"{arr}o + {base} + j{g}" if base else f"{arr}o + j{g}"
-            cond = f"{act} and j{g} < N" if act else f"j{g} < N"
-            lines.append(f"{ind}if {cond}:")
-            if vec:
-                lines.append(f"{ind}    v{pre}_{g} = ldv{V}({arr}, {at})")
-                lines += [f"{ind}    {pre}_{g * V + e} = {ct}(v{pre}_{g}[{e}])" for e in range(V)]
-            else:
-                lines += [f"{ind}    {pre}_{g * V + e} = {ct}({arr}[{at}{f' + {e}' if e else ''}])"
-                          for e in range(V)]
-            lines.append(f"{ind}else:")
-            lines += [f"{ind}    {pre}_{g * V + e} = {fill_value}" for e in range(V)]
-        return lines
-
-    def store(arr, at, vals, ind):
-        """Lines storing vals (one expression a slot) at arr[at + j] for the slots inside n."""
-        lines = []
-        for g in range(G):
-            lines.append(f"{ind}if j{g} < N:")
-            if vec:
-                lines.append(f"{ind}    stv{V}({arr}, {at} + j{g}, "
-                             + ", ".join(vals[g * V + e] for e in range(V)) + ")")
-            else:
-                lines += [f"{ind}    {arr}[{at} + j{g}{f' + {e}' if e else ''}] = "
-                          f"{vals[g * V + e]}" for e in range(V)]
-        return lines
-
-    def each(fmt, ind=I1):
-        """One line a slot: fmt with {m} the slot and {ok} its in-row test."""
-        return [ind + fmt.format(m=m, ok=ok(m)) for m in S]
-
-    # the row operands a row reads (slot prefix, operand, fill of a missing element)
     neg = f"{ct}(-math.inf)"
-    rowin = {"layer_norm": [("xa", "x", None)], "rms_norm": [("xa", "x", None)],
+    # slot m of a lane holds column j0 + (m // V) * V * L + m % V; its run starts at column jm,
+    # inside the row exactly when the slot is (n is a multiple of V): one test a run, not a slot
+    jm = f"j0 + (m // {V}) * {VL}"
+
+    def each(body, ind=I1, test=None):
+        """A loop over the lane's slots m (column j); body lines, under `if test` if given."""
+        lines = [f"{ind}for m in range({C}):"]
+        if test:
+            return lines + [f"{ind}    j = {jm}", f"{ind}    if {test}:"] + [
+                f"{ind}        {b}" for b in body]
+        return lines + [f"{ind}    {b}" for b in body]
+
+    def runs(body, ind, test="j < N"):
+        """A loop over the lane's runs g (first column j, first slot m); body(V-run) lines."""
+        return [f"{ind}for g in range({G}):", f"{ind}    j = j0 + g * {VL}",
+                f"{ind}    m = g * {V}", f"{ind}    if {test}:"] + [
+                    f"{ind}        {b}" for b in body]
+
+    def load(ops, act, base, ind):
+        """A loop reading row `base` (base None: the per-column operands) of each (slot array,
+        operand, fill) in ops; slots past n or of an inactive row get the fill."""
+        at = f"o + {base} + j" if base else "o + j"
+        body = []
+        for pre, arr, _ in ops:
+            if vec:
+                body.append(f"v_ = ldv{V}({arr}, {arr}{at})")
+                body += [f"{pre}[m + {e}] = {ct}(v_[{e}])" for e in range(V)]
+            else:
+                body += [f"{pre}[m + {e}] = {ct}({arr}[{arr}{at} + {e}])" for e in range(V)]
+        lines = runs(body, ind, f"{act} and j < N" if act else "j < N")
+        lines.append(f"{ind}    else:")
+        lines += [f"{ind}        {pre}[m + {e}] = {fv}" for pre, _, fv in ops for e in range(V)]
+        return lines
+
+    def store(arr, at, val, ind):
+        """A loop storing val(slot m + e, e) at arr[at + j + e] for the runs inside n."""
+        if vec:
+            body = [f"stv{V}({arr}, {at} + j, "
+                    + ", ".join(val(f"m + {e}", e) for e in range(V)) + ")"]
+        else:
+            body = [f"{arr}[{at} + j + {e}] = {val(f'm + {e}', e)}" for e in range(V)]
+        return runs(body, ind)
+
+    # the row operands a row reads (slot array, operand, fill of a missing element)
+    zero = f"{ct}(0)"
+    rowin = {"layer_norm": [("xa", "x", zero)], "rms_norm": [("xa", "x", zero)],
              "softmax": [("xa", "x", neg)], "log_softmax": [("xa", "x", neg)],
-             "softmax_bwd": [("ya", "y", None), ("ca", "c", None)],
-             "log_softmax_bwd": [("ya", "y", None), ("ca", "c", None)],
-             "softmax_xent_bwd": [("xa", "x", neg)], "layer_norm_bwd": [("xa", "x", None),
-                                                                        ("ga", "c", None)],
-             "rms_norm_bwd": [("xa", "x", None), ("ga", "c", None)]}[kind]
-    if acc:
-        rowin = rowin + [("ra", "r", None)]
+             "softmax_bwd": [("ya", "y", zero), ("ca", "c", zero)],
+             "log_softmax_bwd": [("ya", "y", zero), ("ca", "c", zero)],
+             "softmax_xent_bwd": [("xa", "x", neg)],
+             "layer_norm_bwd": [("xa", "x", zero), ("ga", "c", zero)],
+             "rms_norm_bwd": [("xa", "x", zero), ("ga", "c", zero)]}[kind]
+    rowin = rowin + ([("ra", "r", zero)] if acc else [])
+    cols = [(p, a, zero) for p, a in (("sa", "sc"), ("ba", "bi")) if a in ARGS[kind]]
+    arrays = [p for p, _, _ in rowin + cols] + (["n" + p for p, _, _ in rowin] if prefetch else [])
+    src += [f"    {a} = cuda.local.array({C}, {ct})" for a in arrays]
 
     def load_row(pfx, act, row, base, ind):
-        lines = []
-        for pre, arr, fv in rowin:
-            lines += load(pfx + pre, arr, act, base, fv or f"{ct}(0)", ind)
+        lines = load([(pfx + p, a, fv) for p, a, fv in rowin], act, base, ind)
         if kind == "softmax_xent_bwd":
             lines += [f"{ind}{pfx}cv = {ct}(cr[cro + {row}]) if {act} else {ct}(0)",
                       f"{ind}{pfx}lb = int64(lab[labo + {row}]) if {act} else int64(-1)"]
         return lines
 
     # per-column operands: once per warp
-    if "sc" in ARGS[kind]:
-        src += load("sa", "sc", None, None, ind="    ")
-    if "bi" in ARGS[kind]:
-        src += load("ba", "bi", None, None, ind="    ")
-    for i in range(k):
-        src += [f"    p{i}_{m} = {ct}(0)" for m in S]
-    if prefetch:
-        src += ["    nact = row0 < R", "    nbase = row0 * N"]
-        src += load_row("n", "nact", "row0", "nbase", "    ")
-        src += ["    for i in range(RPW):", f"{I1}act = nact", f"{I1}base = nbase"]
-        for pre, _, _ in rowin:
-            src += [f"{I1}{pre}_{m} = n{pre}_{m}" for m in S]
+    if cols:
+        src += load(cols, None, None, "    ")
+    if k:
+        src += [f"    p = cuda.local.array({k * C}, {ct})", f"    for m in range({k * C}):",
+                f"        p[m] = {ct}(0)"]
+    if prefetch:   # row i + 1 is read while row i is reduced (one load loop: from i = -1)
+        src += ["    nact = False", "    nbase = row0 * N"]
+        if kind == "softmax_xent_bwd":
+            src += [f"    ncv = {ct}(0)", "    nlb = int64(-1)"]
+        src += ["    for i in range(-1, RPW):", f"{I1}act = nact", f"{I1}base = nbase"]
+        src += each([f"{p}[m] = n{p}[m]" for p, _, _ in rowin])
         if kind == "softmax_xent_bwd":
             src += [f"{I1}cv = ncv", f"{I1}lb = nlb"]
-        src += [f"{I1}nact = i + 1 < RPW and row0 + i + 1 < R", f"{I1}nbase = base + N"]
+        src += [f"{I1}nact = i + 1 < RPW and row0 + i + 1 < R",
+                f"{I1}nbase = (row0 + i + 1) * N"]
         src += load_row("n", "nact", "row0 + i + 1", "nbase", I1)
+        src += [f"{I1}if i < 0:", f"{I1}    continue"]
     else:
         src += ["    for i in range(RPW):", f"{I1}act = row0 + i < R",
                 f"{I1}base = (row0 + i) * N"]
         src += load_row("", "act", "row0 + i", "base", I1)
 
-    def finish(vals, first=()):
-        """Store one expression a slot as the output row (plus the accumulated row r), after
-        the lines `first` (an inactive row's sums may be 0: the simulator would raise)."""
+    def finish(val, first=()):
+        """Store val(slot) as the output row (plus the accumulated row r), after the lines
+        `first` (an inactive row's sums may be 0: the simulator would raise)."""
         if acc:
-            vals = [f"{out}({ct}({out}({v})) + ra_{m})" for m, v in enumerate(vals)]
+            fn = (lambda m, e: f"{out}({ct}({out}({val(m)})) + ra[{m}])")
         else:
-            vals = [f"{out}({v})" for v in vals]
-        return [f"{I1}if act:"] + [I2 + f for f in first] + store("o", "oo + base", vals, I2)
+            fn = (lambda m, e: f"{out}({val(m, e)})" if kind == "softmax_xent_bwd"
+                  else f"{out}({val(m)})")
+        return [f"{I1}if act:"] + [I2 + f for f in first] + store("o", "oo + base", fn, I2)
 
     if kind in ("softmax", "log_softmax", "softmax_xent_bwd"):
-        src += [f"{I1}mx = {neg}"] + each("mx = mx if (mx > xa_{m} or mx != mx) else xa_{m}")
+        src += [f"{I1}mx = {neg}"] + each(["mx = mx if (mx > xa[m] or mx != mx) else xa[m]"])
         src += _group_reduce(["mx"], "max", L, not sim, I1)
         src += [f"{I1}s = {ct}(0)"]
-        for m in S:
-            src += [f"{I1}if act and {ok(m)}:"] + (
-                [f"{I2}s += math.exp(xa_{m} - mx)"] if kind == "log_softmax" else
-                [f"{I2}xa_{m} = math.exp(xa_{m} - mx)", f"{I2}s += xa_{m}"])
+        src += each(["s += math.exp(xa[m] - mx)"] if kind == "log_softmax" else
+                    ["xa[m] = math.exp(xa[m] - mx)", "s += xa[m]"], test="act and j < N")
         src += _group_reduce(["s"], "sum", L, not sim, I1)
         if kind == "softmax":   # one division a row, a multiply an element
-            src += finish([f"xa_{m} * q" for m in S], [f"q = {ct}(1) / s"])
+            src += finish(lambda m: f"xa[{m}] * q", [f"q = {ct}(1) / s"])
         elif kind == "log_softmax":
-            src += finish([f"(xa_{m} - mx) - q" for m in S], ["q = math.log(s)"])
+            src += finish(lambda m: f"(xa[{m}] - mx) - q", ["q = math.log(s)"])
         else:   # cr / s once a row; the label's column less cr
-            src += finish([f"xa_{m} * q - (cv if j{m // V} + {m % V} == lb else {ct}(0))"
-                           for m in S], ["q = cv / s"])
+            src += finish(lambda m, e: f"xa[{m}] * q - (cv if j + {e} == lb else {ct}(0))",
+                          ["q = cv / s"])
     elif kind in ("layer_norm", "rms_norm"):
         # two passes over the row in registers, as the numpy impl: mean, then centred squares
         if kind == "layer_norm":
-            src += [f"{I1}mu = {ct}(0)"] + each("mu += xa_{m}")
+            src += [f"{I1}mu = {ct}(0)"] + each(["mu += xa[m]"])
             src += _group_reduce(["mu"], "sum", L, not sim, I1) + [f"{I1}mu = mu * {inv_n}"]
-            src += each(f"xa_{{m}} = xa_{{m}} - mu if {{ok}} else {ct}(0)")
-        src += [f"{I1}q = {ct}(0)"] + each("q += xa_{m} * xa_{m}")
+            src += each([f"j = {jm}", f"xa[m] = xa[m] - mu if j < N else {ct}(0)"])
+        src += [f"{I1}q = {ct}(0)"] + each(["q += xa[m] * xa[m]"])
         src += _group_reduce(["q"], "sum", L, not sim, I1)
         src += [f"{I1}rs = {ct}(1) / math.sqrt(q * {inv_n} + {ct}({eps!r}))"]
-        src += finish([f"xa_{m} * rs * sa_{m}" + (f" + ba_{m}" if kind == "layer_norm" else "")
-                       for m in S])
+        src += finish(lambda m: f"xa[{m}] * rs * sa[{m}]"
+                      + (f" + ba[{m}]" if kind == "layer_norm" else ""))
     elif kind in ("softmax_bwd", "log_softmax_bwd"):
         src += [f"{I1}s = {ct}(0)"]
         if kind == "softmax_bwd":
-            src += each("s += ya_{m} * ca_{m}") + _group_reduce(["s"], "sum", L, not sim, I1)
-            src += finish([f"ya_{m} * (ca_{m} - s)" for m in S])
+            src += each(["s += ya[m] * ca[m]"]) + _group_reduce(["s"], "sum", L, not sim, I1)
+            src += finish(lambda m: f"ya[{m}] * (ca[{m}] - s)")
         else:
-            src += each("s += ca_{m}") + _group_reduce(["s"], "sum", L, not sim, I1)
-            src += finish([f"ca_{m} - math.exp(ya_{m}) * s" for m in S])
+            src += each(["s += ca[m]"]) + _group_reduce(["s"], "sum", L, not sim, I1)
+            src += finish(lambda m: f"ca[{m}] - math.exp(ya[{m}]) * s")
     elif k:
         center = kind == "layer_norm_bwd"
         if center:
-            src += [f"{I1}mu = {ct}(0)"] + each("mu += xa_{m}")
+            src += [f"{I1}mu = {ct}(0)"] + each(["mu += xa[m]"])
             src += _group_reduce(["mu"], "sum", L, not sim, I1) + [f"{I1}mu = mu * {inv_n}"]
-            src += each(f"xa_{{m}} = xa_{{m}} - mu if {{ok}} else {ct}(0)")
-        src += [f"{I1}q = {ct}(0)"] + each("q += xa_{m} * xa_{m}")
+            src += each([f"j = {jm}", f"xa[m] = xa[m] - mu if j < N else {ct}(0)"])
+        src += [f"{I1}q = {ct}(0)"] + each(["q += xa[m] * xa[m]"])
         src += _group_reduce(["q"], "sum", L, not sim, I1)
         src += [f"{I1}rs = {ct}(1) / math.sqrt(q * {inv_n} + {ct}({eps!r}))",
                 f"{I1}s1 = {ct}(0)", f"{I1}s2 = {ct}(0)"]
-        for m in S:
-            src += [f"{I1}xa_{m} = xa_{m} * rs", f"{I1}g_ = ga_{m} * sa_{m}", f"{I1}s1 += g_",
-                    f"{I1}s2 += g_ * xa_{m}", f"{I1}p0_{m} += ga_{m} * xa_{m}"]
-            src += [f"{I1}p1_{m} += ga_{m}"] if center else []
+        src += each(["xa[m] = xa[m] * rs", "g_ = ga[m] * sa[m]", "s1 += g_", "s2 += g_ * xa[m]",
+                     "p[m] += ga[m] * xa[m]"] + ([f"p[m + {C}] += ga[m]"] if center else []))
         src += _group_reduce(["s1", "s2"] if center else ["s2"], "sum", L, not sim, I1)
         src += [f"{I1}s1 = s1 * {inv_n}", f"{I1}s2 = s2 * {inv_n}"]
-        src += finish([f"rs * (ga_{m} * sa_{m} - s1 - xa_{m} * s2)" if center else
-                       f"rs * (ga_{m} * sa_{m} - xa_{m} * s2)" for m in S])
+        src += finish(lambda m: f"rs * (ga[{m}] * sa[{m}] - s1 - xa[{m}] * s2)" if center else
+                      f"rs * (ga[{m}] * sa[{m}] - xa[{m}] * s2)")
         # the block's warps add their partial sums in a fixed tree, warp 0 writes the block's
-        CL, s = C * L, W // 2
+        kC, s = k * C, W // 2
         if s:
-            src.append(f"    shp = cuda.shared.array({s * k * CL}, {ct})")
+            src.append(f"    shp = cuda.shared.array({s * kC * L}, {ct})")
         while s:
-            src.append(f"    if w >= {s} and w < {2 * s}:")
-            src += [f"        shp[((w - {s}) * {k} + {i}) * {CL} + {m * L} + lane] = p{i}_{m}"
-                    for i in range(k) for m in S]
-            src += ["    cuda.syncthreads()", f"    if w < {s}:"]
-            src += [f"        p{i}_{m} += shp[(w * {k} + {i}) * {CL} + {m * L} + lane]"
-                    for i in range(k) for m in S]
+            src += [f"    if w >= {s} and w < {2 * s}:", f"        for m in range({kC}):",
+                    f"            shp[((w - {s}) * {kC} + m) * {L} + lane] = p[m]",
+                    "    cuda.syncthreads()", f"    if w < {s}:", f"        for m in range({kC}):",
+                    f"            p[m] += shp[(w * {kC} + m) * {L} + lane]"]
             s //= 2
             if s:
                 src.append("    cuda.syncthreads()")
         src.append("    if w == 0:")
-        for i in range(k):
-            src += store("part", f"parto + (cuda.blockIdx.x * {k} + {i}) * N",
-                         [f"p{i}_{m}" for m in S], "        ")
+        src.append(f"        for i in range({k}):")
+        src += store("part", f"parto + (cuda.blockIdx.x * {k} + i) * N",
+                     lambda m, e: f"p[i * {C} + {m}]", I2)
     return head + "\n".join(src) + "\n"
 
 
