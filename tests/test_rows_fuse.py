@@ -78,7 +78,11 @@ def test_fused_residual_equals_unfused(kind, rows, n, dtype):
         if fcuda.simulator_active():
             np.testing.assert_array_equal(a, b)
         else:
-            np.testing.assert_allclose(a, b, rtol=4 * np.finfo(dtype).eps, atol=0)
+            # (the products around the norm pass a last-bit difference on, relative to the
+            # gradient's scale: 1.2e-7 seen on an H200 where the element was 0.18)
+            eps = np.finfo(dtype).eps
+            np.testing.assert_allclose(a, b, rtol=16 * eps,
+                                       atol=16 * eps * max(1.0, float(np.abs(b).max())))
     # and both equal the CPU backend's gradients
     with funcgrad.default_device("cpu"):
         ref = funcgrad.grad(_block_loss(kind))(
