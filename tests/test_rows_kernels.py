@@ -83,7 +83,7 @@ def _check(kind, R, N, dtype, offset, acc=False, seed=0):
 # multiple of 4 the scalar one. Each kind compiles two kernels (a kernel is keyed by its slots
 # a lane, C): in the simulator (4 lanes a group) C = 4 and 1 or 2; on a GPU (32 lanes) the
 # vector rows take 2 runs of 4 (C = 8, N in 228..256) and the scalar ones 8 slots, and R = 2100
-# gives the norm backward 2 rows a warp (the next row prefetched, the last block partial).
+# gives the norm backward 2 rows a warp (the last block partial; the simulator covers the prefetch).
 CASES = ([(5, 8, 0), (5, 8, 1), (5, 7, 0), (1, 12, 0), (3, 6, 0), (2, 1, 0), (5, 20, 0)] if SIM
          else [(5, 232, 0), (5, 232, 1), (5, 231, 0), (1, 240, 0), (3, 230, 0), (2, 229, 0),
                (5, 256, 0), (2100, 244, 0)])

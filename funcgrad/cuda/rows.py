@@ -20,8 +20,9 @@ with scalar accesses. Per-column operands (scale, bias) are read once per warp, 
 The norm backward kernels keep each lane's per-column sums of ct * xhat and ct over the warp's
 rows in registers, add the block's warps in a fixed shared-memory tree, and write one partial row
 per block; a column reduction (funcgrad/cuda/reduce.py) adds the partials in a fixed order:
-deterministic, no atomics. A warp taking several rows reads the next row while it reduces the
-current one (`prefetch`). The stored dx rows may have a residual's rows added (`acc`,
+deterministic, no atomics. A warp taking several rows may read the next row while it reduces
+the current one (`prefetch`: the simulator's configuration; on a GPU it lost, see config). The
+stored dx rows may have a residual's rows added (`acc`,
 rows_fuse.py). No kernel touches local memory (none in their PTX).
 
 Measured on an H200 (2026-11-25, benchmarks/rows_probe.py, two runs; each op 50 times in a CUDA
@@ -33,9 +34,11 @@ log_softmax backward 2.8). The scalar layout (unaligned operands, n not a multip
 16.8-17.0 and 5.35 us. The loop version (2026-11-25, one run, the named-scalar one beside it at
 3.51 / 9.98 / 3.57): 3.91 / 10.98 (10.72 without prefetch) / 3.78 us, 78 / 128 / 56 registers
 against 64 / 128 / 39, with a per-slot column test (19 setp in the forward's PTX against 10);
-the test is now one a run (10 setp, as before), not yet timed on a GPU. W2's cold first call
-with the loop kernels: 4.4 s (the slowest kernel's compile 3.1 s, 33 kernels in parallel; one
-run), against 8.4-9.1 s.
+with the test one a run (10 setp, as before), in one run beside the named-scalar kernels at
+3.70 / 10.62 / 3.63: 3.65 / 11.03 (10.75 without prefetch, now the GPU's configuration) / 3.69
+us; the backward with `acc` 13.23. W2's cold first call with the loop kernels: 3.9-4.9 s (the
+closing call's two; 4.4 s in the first run, the slowest kernel's compile 3.1 s, 33 kernels in
+parallel), against 8.4-9.1 s with the named scalars.
 """
 from __future__ import annotations
 
@@ -72,9 +75,12 @@ def config(kind, R, C, itemsize, V):
 
     The vector norm backward takes 8 warps a block and as many rows a warp as keep the grid at
     <= 256 blocks (2 rows at W2's 4096), so that its partial rows are few (256 x 2n sums for the
-    column reduction, against 1024 with a partial row per warp), the next row prefetched. W2's
-    4096 x 384 float32 backward with its column reduction on an H200 (2026-11-25): 10.5 us;
-    8 warps x 2 rows without prefetch 10.7, 4 x 4 with it 10.3-10.5, 8 x 1 12.7, 16 x 1 13.7;
+    column reduction, against 1024 with a partial row per warp). W2's 4096 x 384 float32
+    backward with its column reduction on an H200 (2026-11-25): 10.5 us with the named-scalar
+    kernels of 2834696 (8 warps x 2 rows prefetched; 10.7 without the prefetch, 4 x 4 with it
+    10.3-10.5, 8 x 1 12.7, 16 x 1 13.7); with the loop kernels (342d7f8) the prefetch lost in
+    two runs, 11.03 against 10.75 and 10.98 against 10.72 (the 2834696 kernels 10.62 in the
+    first's run), so no row is prefetched on the GPU (the simulator keeps the path covered);
     the column reduction alone 4.6 us for 256 partial rows, 5.6 for 1024. The scalar layout
     keeps 4 warps x ceil(R / 1024) rows (16.8-17.0 us; 8 x 2 prefetched: 24.0): its kernels
     hold ~170-210 registers a thread against the vector ones' 128."""
@@ -87,7 +93,7 @@ def config(kind, R, C, itemsize, V):
         W, k = 8, PARTIALS[kind]
         while W > 1 and (W // 2) * k * C * L * itemsize > SHARED_BYTES:
             W //= 2
-        return W, max(1, -(-R // (W * 256))), C <= 16
+        return W, max(1, -(-R // (W * 256))), False
     return T // L, 2 if runtime.SIM else max(1, -(-R // (1 << 17))), False
 
 
