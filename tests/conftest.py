@@ -27,6 +27,18 @@ def rng():
     return np.random.default_rng(0)
 
 
+@pytest.fixture(scope="module")
+def fast_barriers():
+    """Short GIL slices for a module's tests under the CUDA simulator, whose block barriers
+    (threads of one process) run its barrier-heavy kernels 4-14x faster with them."""
+    from funcgrad.cuda import simulator_active
+    old = sys.getswitchinterval()
+    if simulator_active():
+        sys.setswitchinterval(1e-4)
+    yield
+    sys.setswitchinterval(old)
+
+
 # Seconds the slowest GPU tests took on a cold kernel cache: `pytest -m cuda -n 16 --dist
 # worksteal` on an H200 host, 2026-11-25 (e923893; tests of 3 s and more), their kernels'
 # compiling nearly all of it (attention kernels take 1.5-6 s each; each forced attention

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 
 import numpy as np
 import pytest
@@ -31,14 +30,9 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _device_setup():
+def _device_setup(fast_barriers):
     if REQUIRE_GPU:
         assert fcuda.is_available(), fcuda.unavailable_reason()
-    old = sys.getswitchinterval()
-    if SIM:
-        sys.setswitchinterval(1e-4)
-    yield
-    sys.setswitchinterval(old)
 
 
 def cu(x):

@@ -281,6 +281,27 @@ def test_adaptive_looks_back_soon_after_a_few_slow_runs():
     assert 0 in used[:9] and used[-3:] == [0, 0, 0] and ad.best == 0
 
 
+def test_a_costly_lost_try_waits_in_proportion_to_its_cost():
+    # way 0 (the pool) stalls at 10x the time of way 1 (one thread): after its first lost
+    # try it is retried only after ~REGRET * 9 calls, not after the doubling's 16
+    from funcgrad.backends.cpu_blas import REGRET
+    cost = [10.0, 1.0]
+    ad, used = _adaptive(cost)
+    for _ in range(2000):
+        ad()
+    tries = used.count(0)
+    assert ad.best == 1 and ad.explore >= REGRET * 9
+    assert tries * (cost[0] - cost[1]) <= 2000 * cost[1] / REGRET * 4   # exploring stays cheap
+
+
+def test_a_cheap_lost_try_keeps_the_doubling_interval():
+    cost = [1.0, 1.25]   # an idle machine: one thread 25% slower than the pool
+    ad, used = _adaptive(cost)
+    for _ in range(40):
+        ad()
+    assert ad.best == 0 and used.count(1) >= 2 and ad.explore <= 64
+
+
 def test_chunks_run_once_each_without_waiting_for_a_late_helper_and_raise():
     import os as _os
     from funcgrad.backends.cpu_parallel import Pair, bounds

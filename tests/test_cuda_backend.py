@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gc
 import os
-import sys
 import zlib
 
 import numpy as np
@@ -32,14 +31,9 @@ ALL = sorted(SPECS)
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _device_setup():
+def _device_setup(fast_barriers):
     if REQUIRE_GPU:
         assert fcuda.is_available(), fcuda.unavailable_reason()
-    old = sys.getswitchinterval()
-    if SIM:   # the simulator's barrier-heavy kernels run 4-14x faster with short GIL slices
-        sys.setswitchinterval(1e-4)
-    yield
-    sys.setswitchinterval(old)
 
 
 def cu(x):

@@ -3,7 +3,6 @@ CUDA kernels against the numpy impls on hypothesis-drawn shapes (strided operand
 and the vjps of nn.layer_norm / rms_norm / softmax / log_softmax / cross-entropy through them."""
 from __future__ import annotations
 
-import sys
 
 import numpy as np
 import pytest
@@ -26,12 +25,8 @@ cuda_only = pytest.mark.skipif(not fcuda.usable(), reason="no GPU and no CUDA si
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _fast_barriers():
-    old = sys.getswitchinterval()
-    if SIM:
-        sys.setswitchinterval(1e-4)
-    yield
-    sys.setswitchinterval(old)
+def _fast_barriers(fast_barriers):
+    """The simulator's short GIL slices (conftest) for every test here."""
 
 
 def _strided(a):

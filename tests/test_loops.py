@@ -3,7 +3,6 @@ group under jit, float64 gradients, vmap, jit's passes, nesting, associative_sca
 from __future__ import annotations
 
 import doctest
-import sys
 
 import numpy as np
 import pytest
@@ -277,22 +276,13 @@ def test_associative_scan_grad_and_docstrings():
 cuda = pytest.mark.skipif(not fcuda.usable(), reason="no GPU; NUMBA_ENABLE_CUDASIM=1 simulates")
 
 
-@pytest.fixture
-def _fast_sim():
-    old = sys.getswitchinterval()
-    if fcuda.simulator_active():
-        sys.setswitchinterval(1e-4)
-    yield
-    sys.setswitchinterval(old)
-
-
 def _cu(x):
     return funcgrad.device_put(np.asarray(x), "cuda")
 
 
 @pytest.mark.cuda
 @cuda
-def test_cuda_scan_eager_jit_planned_and_grad(_fast_sim, rng):
+def test_cuda_scan_eager_jit_planned_and_grad(fast_barriers, rng):
     w = np.array([0.5, -0.3], np.float32)
     xs = (rng.standard_normal((3, 2)) * 0.5).astype(np.float32)
     with funcgrad.default_device("cpu"):   # the reference: numpy operands alone go to "cuda"
@@ -315,7 +305,7 @@ def test_cuda_scan_eager_jit_planned_and_grad(_fast_sim, rng):
 
 @pytest.mark.cuda
 @cuda
-def test_cuda_while_and_cond(_fast_sim):
+def test_cuda_while_and_cond(fast_barriers):
     g = jit(lambda x: lax.while_loop(lambda v: fnp.sum(v) < 10.0, lambda v: v * 2.0, x))
     for start, want in [(1.0, 8.0), (3.0, 6.0), (1.0, 8.0), (0.5, 8.0)]:   # trip counts vary
         assert np.asarray(g(_cu(np.full(2, start, np.float32)))).tolist() == [want, want]
@@ -330,7 +320,7 @@ def test_cuda_while_and_cond(_fast_sim):
 
 @pytest.mark.cuda
 @cuda
-def test_cuda_loop_state_swaps_nests_and_reverses(_fast_sim, rng):
+def test_cuda_loop_state_swaps_nests_and_reverses(fast_barriers, rng):
     # a carry that swaps two values, a scan, a cond and a while_loop nested in a scan, a
     # reversed scan with ys, a zero-length scan: planned (and on a GPU captured) calls equal
     # numpy's (loops keep their state in step buffers)
@@ -355,7 +345,7 @@ def test_cuda_loop_state_swaps_nests_and_reverses(_fast_sim, rng):
 
 @pytest.mark.cuda
 @cuda
-def test_cuda_graph_size_independent_of_trip_count(_fast_sim):
+def test_cuda_graph_size_independent_of_trip_count(fast_barriers):
     # on a real GPU a scan is one conditional node of the step's CUDA graph: the same number of
     # nodes for 10 and 10,000 steps (the simulator runs the iterations on the host)
     def step(n):
@@ -384,7 +374,7 @@ def test_cuda_graph_size_independent_of_trip_count(_fast_sim):
 
 @pytest.mark.cuda
 @cuda
-def test_cuda_eager_loops_equal_numpy(_fast_sim):
+def test_cuda_eager_loops_equal_numpy(fast_barriers):
     # outside a plan's graph a long scan and a while_loop run as graphs of their own on a real
     # GPU (the host runs the iterations under the simulator); results equal numpy's
     xs = np.linspace(-1.0, 1.0, 24).astype(np.float32)

@@ -2,7 +2,6 @@
 contiguous and strided operands, against numpy on hypothesis-drawn shapes (simulator in CI)."""
 from __future__ import annotations
 
-import sys
 
 import numpy as np
 import pytest
@@ -23,12 +22,8 @@ PRIMS = {"sum": (P.reduce_sum_p, np.sum), "max": (P.reduce_max_p, np.max),
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _fast_barriers():
-    old = sys.getswitchinterval()
-    if SIM:
-        sys.setswitchinterval(1e-4)
-    yield
-    sys.setswitchinterval(old)
+def _fast_barriers(fast_barriers):
+    """The simulator's short GIL slices (conftest) for every test here."""
 
 
 def _device_view(x: np.ndarray, how: str):

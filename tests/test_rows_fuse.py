@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 
 import funcgrad
 import funcgrad.cuda as fcuda
-import funcgrad.numpy as fnp
 from funcgrad import nn
 from funcgrad.cuda import rows_fuse
 

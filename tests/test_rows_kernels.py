@@ -4,7 +4,6 @@ impls, on odd and aligned row lengths, operands at offset 0 and 1, R = 0 and 1, 
 warp, and the backward's accumulated dx rows (`acc`)."""
 from __future__ import annotations
 
-import sys
 
 import numpy as np
 import pytest
@@ -29,12 +28,8 @@ IMPLS = {"layer_norm": lambda x, s, b: F.layer_norm_p.impl(x, s, b, eps=EPS),
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _fast_barriers():
-    old = sys.getswitchinterval()
-    if SIM:
-        sys.setswitchinterval(1e-4)
-    yield
-    sys.setswitchinterval(old)
+def _fast_barriers(fast_barriers):
+    """The simulator's short GIL slices (conftest) for every test here."""
 
 
 def _dev(a, offset):

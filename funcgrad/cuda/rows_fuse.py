@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
-
 from .. import fused_bwd as FB
 from .. import prims as P
 from ..core import Var
 from . import rows
+from .arrays import c_strides
+from .epilogue import _readers
 
 ENABLED = os.environ.get("FUNCGRAD_ROWS_ACC", "1") != "0"
 _NORMS = {FB.layer_norm_bwd_p: "layer_norm_bwd", FB.rms_norm_bwd_p: "rms_norm_bwd"}
@@ -51,9 +51,8 @@ class RowsAcc:
         packed = rows.run(_NORMS[e.prim], [read(x) for x in e.inputs], aval.shape, aval.dtype,
                           e.params.get("eps"), acc=read(self.acc))
         shape = self.out.aval.shape
-        strides = tuple(int(np.prod(shape[d + 1:])) for d in range(len(shape)))
         env[e.out] = packed
-        env[self.out] = packed.view(shape, strides, packed.offset)
+        env[self.out] = packed.view(shape, c_strides(shape), packed.offset)
 
 
 def _producers(steps, in_binders) -> dict:
@@ -63,11 +62,6 @@ def _producers(steps, in_binders) -> dict:
         for o in ([s.out] if kind == "eqn" else s.outputs):
             made.setdefault(o, i)
     return made
-
-
-def _readers(steps) -> dict:
-    from .epilogue import _readers as readers
-    return readers(steps)
 
 
 def _dx_rows(e, steps, readers, outs):
