@@ -23,6 +23,17 @@ lanes use warp shuffles (shared memory under the simulator); all orders are fixe
 are deterministic. The merged backward ('bwd': dkv plus each key tile's dQ partial, summed by
 'dqsum') calls its five products through two device functions that numba types once and NVVM
 inlines: 2.6-2.9 s to compile instead of 3.6-4.1 s with the loops written out.
+
+The forward's VEC 2 layout (_fwd2, the default at W2's shapes) is built for the shared-memory
+pipe, which serves one 128-byte wavefront a cycle per SM: VEC 0's k-step issues MI + NJ scalar
+loads for MI * NJ FMAs (6 for 8 at the old default: the kernel waited on shared memory and spent
+70% of its issue slots on other instructions), VEC 2 one float4 load per four rows or columns,
+each a single broadcast wavefront per warp. Q^T, K^T and P^T are stored [k][row] and V row-major,
+all at row stride + 4 words; K / V elements are fetched in Gray-code order of the thread's
+element index, so each 64-bit index is the previous one plus one hoisted stride step; the
+softmax runs in base 2 with log2(e) folded into the scale. H200, 2026-11-25, W2 (B16 N6 T256 H64
+causal), fwdl: 49.9 us at (64, 32, 16, 8, 2, 8, 1, 0, 4) (163 registers, 3 blocks an SM)
+against 72.0 us for VEC 0's (64, 32, 32, 8, 0, 8, 1) in the same process.
 """
 from __future__ import annotations
 
@@ -33,11 +44,12 @@ from .elementwise import compute_t, nbt
 SMEM_WORDS_BYTES = 48 * 1024
 # (BR, BC, TY, TX[, VEC, U[, PF[, MB[, UK]]]]) in order of preference; the first whose shared
 # memory fits is used. VEC 1: contiguous register tiles (rows ty * MI + i, columns tx * NJ + j)
-# over tiles padded to a multiple of four words, so the GEMM loops read float4s; U: global loads
-# in flight per operand; PF, MB, UK: the module docstring
+# over tiles padded to a multiple of four words, so the GEMM loops read float4s; VEC 2 (fwd and
+# fwdl; other modes read it as VEC 1): _fwd2's layout; U: global loads in flight per operand
+# (VEC 2: the whole tile); PF, MB, UK: the module docstring
 GPU_CONFIGS = {   # the first of each: fastest at W2's shapes on an H200 (bench_attention_simt)
-    "fwd": [(64, 32, 32, 8, 0, 8, 1), (64, 32, 16, 8), (32, 32, 8, 8), (16, 16, 8, 8),
-            (8, 8, 4, 4)],
+    "fwd": [(64, 32, 16, 8, 2, 8, 1, 0, 4), (64, 32, 32, 8, 0, 8, 1), (64, 32, 16, 8),
+            (32, 32, 8, 8), (16, 16, 8, 8), (8, 8, 4, 4)],
     "stats": [(64, 32, 16, 8), (32, 32, 8, 8), (16, 16, 8, 8), (8, 8, 4, 4)],
     "delta": [(64, 32, 32, 8, 0, 8), (64, 32, 16, 8), (32, 32, 8, 8), (16, 16, 8, 8),
               (8, 8, 4, 4)],
@@ -66,9 +78,16 @@ def smem_words(mode, D, BR, BC, pad=1):
             "bwd": 2 * rows + 2 * cols + 2 * sc + 2 * BC}[mode]
 
 
+def fwd2_words(D, BR, BC):
+    """Shared-memory words of the VEC 2 forward: Q^T, K^T, V (row-major) and P^T tiles."""
+    return D * (BR + 4) + D * (BC + 4) + BC * (D + 4) + BC * (BR + 4)
+
+
 def config_words(mode, D, cfg):
     """Shared-memory words of `cfg` (any configuration tuple) for `mode` at head dim D."""
     BR, BC, _, _, vec = full_config(cfg)[:5]
+    if vec == 2 and mode in ("fwd", "fwdl"):
+        return fwd2_words(D, BR, BC)
     return smem_words(mode, D, BR, BC, 4 if vec else 1)
 
 
@@ -118,6 +137,9 @@ class _Gen:
         multiple of UK: the tiles past every length are zero)."""
         if self.UK == 1:
             self.emit(ind, f"for {var} in range({klen}):", *("    " + x for x in body))
+        elif isinstance(klen, int):   # (var unused: a unit-step count, a simpler loop)
+            self.emit(ind, f"for {var} in range({-(-klen // self.UK)}):",
+                      f"    for u_ in range({self.UK}):", *("        " + x for x in body))
         else:
             self.emit(ind, f"for {var} in range(0, {klen}, {self.UK}):",
                       f"    for u_ in range({self.UK}):", *("        " + x for x in body))
@@ -302,7 +324,7 @@ class _Gen:
         words = config_words(self.mode, self.D, (self.BR, self.BC, 0, 0, self.vec))
         align = ", alignment=16" if self.vec and not self.sim else ""
         if self.vec and not self.sim:
-            self.L.insert(0, "from funcgrad.cuda.attention_ld import ld2, ld4")
+            self.L.insert(0, "from funcgrad.cuda.attention_ld import ld2, ld4, st2, st4")
         bounds = f", launch_bounds=({self.NT}, {self.MB})" if self.MB and not self.sim else ""
         self.emit(0, "", f"@cuda.jit(OPTS{bounds})",
                   f"def kernel({', '.join(_operand(x) for x in ops)}{extra}, {out}, outo"
@@ -314,6 +336,8 @@ class _Gen:
                   f"tx = tid - ty * {self.TX}", f"sc = {ct}(scale_)", f"NEG = {ct}(-math.inf)",
                   f"POS = {ct}(math.inf)")
         whole = -(-max(self.BR, self.BC) * D // self.NT) if self.PF else 0
+        if self.vec == 2 and self.mode in ("fwd", "fwdl"):   # _fwd2: the Q tile, or K and V
+            whole, self.U = -(-self.BR * D // self.NT), -(-self.BC * D // self.NT)
         self.local("xl", 2 * max(self.U, whole))
         self.local("av", self.MI)
         self.local("bv", self.NJ)
@@ -411,6 +435,196 @@ def _fwd_like(g, stats, lse_out=False, lse_in=False):
     g.emit(2, f"inv = {ct}(1) / li if li > 0 else {ct}(0)", "if t < T:",
            "    ob = outo + ((b * T + t) * N + n) * HV", f"    for k in range({OC}):",
            f"        e = tx + k * {TX}", "        if e < HV:",
+           f"            O[uint64(ob + e)] = {g.out}(o[i, k] * inv)")
+
+
+def _tile_map(D, R, transposed):
+    """i -> (r, d) of a tile of R rows x D dims: transposed ([d][r] in shared memory) a warp
+    covers dl dims x rl rows (conflict-free stores at row stride R + 4, 32-byte global
+    sectors); otherwise consecutive i are consecutive d. Returns (python function, expression
+    builder)."""
+    if not transposed:
+        return (lambda i: (i // D, i % D)), (lambda i: (f"({i}) // {D}", f"({i}) % {D}"))
+    dl = math.gcd(D, 8)
+    rl = math.gcd(R, 32 // dl)
+    nd = D // dl
+
+    def f(i):
+        h = i // (dl * rl)
+        return (h // nd) * rl + (i // dl) % rl, (h % nd) * dl + i % dl
+    return f, (lambda i: (f"(({i}) // {dl * rl} // {nd}) * {rl} + (({i}) // {dl}) % {rl}",
+                          f"((({i}) // {dl * rl}) % {nd}) * {dl} + ({i}) % {dl}"))
+
+
+class _Tile:
+    """One tile operand of the VEC 2 forward: rows R x dims D, element i = tid + NT u of a
+    thread at (r, d); where the map splits over tid and u (powers of two), the thread's part
+    is computed once (names r_<n>, d_<n>) and each u adds constants."""
+
+    def __init__(self, g, name, R, transposed):
+        self.g, self.name, self.R = g, name, R
+        self.total = R * g.D
+        self.U = -(-self.total // g.NT)
+        self.f, self.e = _tile_map(g.D, R, transposed)
+        NT = g.NT
+        self.split = all(
+            self.f(t + NT * u) == tuple(a + b for a, b in zip(self.f(t), self.f(NT * u)))
+            for t in range(NT) for u in range(self.U) if t + NT * u < self.total)
+
+    def prologue(self, ind):
+        if self.split:
+            r, d = self.e("tid")
+            self.g.emit(ind, f"r_{self.name} = {r}", f"d_{self.name} = {d}")
+
+    def rd(self, ind):
+        """Lines setting r, d of element u (loop variable u)."""
+        if self.split:
+            r, d = self.e(f"{self.g.NT} * u")
+            self.g.emit(ind, f"r = r_{self.name} + {r}", f"d = d_{self.name} + {d}")
+        else:
+            r, d = self.e(f"tid + {self.g.NT} * u")
+            self.g.emit(ind, f"r = {r}", f"d = {d}")
+
+    def fetch(self, ind, r0, limit, op, head, width, base, xo):
+        """xl[xo + u] = op[b, r0 + r, head, d] (0 outside [0, limit) x [0, width))."""
+        g, ct = self.g, self.g.ct
+        tail = self.total % g.NT != 0
+        if self.split:   # one 64-bit index, moved by one stride step an element (Gray order)
+            self.fetch_gray(ind, r0, limit, op, width, xo)
+            return
+        g.emit(ind, f"for u in range({self.U}):")
+        self.rd(ind + 1)
+        g.emit(ind + 1, f"rr = {r0} + r", f"x = {ct}(0)",
+               f"if {f'tid + {g.NT} * u < {self.total} and ' if tail else ''}rr < {limit} "
+               f"and d < {width}:",
+               f"    x = {ct}({op.upper()}a[uint64({op}b_ + rr * {op}s1 + d * {op}s3)])",
+               f"xl[{xo} + u] = x")
+
+    def fetch_gray(self, ind, r0, limit, op, width, xo):
+        """fetch of a split map: elements in Gray-code order of u, so each index is the last
+        one plus or minus one stride step (the map's r and d at one bit of u, constants after
+        unrolling: one 64-bit add an element)."""
+        g, ct, nm, NT, U = self.g, self.g.ct, self.name, self.g.NT, self.U
+        n = 1 << max(0, (U - 1).bit_length())
+        r, d = self.e(f"{NT} * u")
+        rv, dv = self.e(f"{NT} * v")
+        g.emit(ind, f"p_ = {op}b_ + ({r0} + r_{nm}) * {op}s1 + d_{nm} * {op}s3",
+               f"nr_ = int32(min({limit} - ({r0}) - r_{nm}, {self.R}))",
+               f"nd_ = int32(min({width} - d_{nm}, {g.D}))",
+               f"for n_ in range({n}):", "    u = n_ ^ (n_ >> 1)",
+               "    v = (n_ - 1) ^ ((n_ - 1) >> 1)",
+               f"    p_ += ({r} - ({rv})) * {op}s1 + ({d} - ({dv})) * {op}s3",
+               f"    if u < {U}:", f"        x = {ct}(0)",
+               f"        if {r} < nr_ and {d} < nd_:",
+               f"            x = {ct}({op.upper()}a[uint64(p_)])",
+               f"        xl[{xo} + u] = x")
+
+    def put(self, ind, addr, xo):
+        """sm[addr(r, d)] = xl[xo + u]."""
+        g = self.g
+        tail = self.total % g.NT != 0
+        g.emit(ind, f"for u in range({self.U}):")
+        self.rd(ind + 1)
+        pre = ""
+        if tail:
+            g.emit(ind + 1, f"if tid + {g.NT} * u < {self.total}:")
+            pre = "    "
+        g.emit(ind + 1, f"{pre}sm[uint64({addr})] = xl[{xo} + u]")
+
+
+def _fwd2(g, lse_out):
+    """The forward of VEC 2 configurations: each thread holds MI contiguous rows x NJ
+    contiguous columns of a score tile and MI rows x OC output columns (W-wide groups
+    tx W + e + W TX k), and each k-step of both products reads them as float4 / float2 loads
+    (Q^T, K^T and P^T stored [k][row], V row-major), conflict-free and broadcast within a warp:
+    (MI + NJ) / 4 shared loads for MI NJ FMAs where VEC 0 needs MI + NJ. The softmax works in
+    base 2 (log2 e folded into the scale: one FFMA and one ex2 a score); masks are one compare
+    per score; K / V tiles are prefetched into registers (PF) while the current one is used."""
+    D, BR, BC, MI, NJ, OC, TX, ct = g.D, g.BR, g.BC, g.MI, g.NJ, g.OC, g.TX, g.ct
+    W = 4 if OC % 4 == 0 else 2 if OC % 2 == 0 else 1
+    QB, KB = 0, D * (BR + 4)
+    VB = KB + D * (BC + 4)
+    PB = VB + BC * (D + 4)
+    g.header(["q", "k", "v"], ", La, lo" if lse_out else "", "O")
+    for name, shape in (("s", (MI, NJ)), ("m", (MI,)), ("l", (MI,)), ("o", (MI, OC))):
+        g.local(name, *shape)
+    _query_rows(g)
+    tq, tk, tv = _Tile(g, "q", BR, True), _Tile(g, "k", BC, True), _Tile(g, "v", BC, False)
+    for t in (tq, tk, tv):
+        t.prologue(1)
+    g.emit(1, f"c2 = {ct}(scale_ * {1 / math.log(2)!r})",
+           "qb_ = qo + b * qs0 + n * qs2", "kb_ = ko + b * ks0 + kh * ks2",
+           "vb_ = vo + b * vs0 + kh * vs2")
+    tq.fetch(1, "row0", "T", "q", "n", "H", QB, 0)
+    tq.put(1, f"{QB} + d * {BR + 4} + r", 0)
+    g.emit(1, f"for i in range({MI}):", "    m[i] = NEG", f"    l[i] = {ct}(0)")
+    _zero(g, 1, "o", MI, OC)
+    XV = tk.U
+
+    def fetch(ind, r0):
+        tk.fetch(ind, r0, "S", "k", "kh", "H", KB, 0)
+        tv.fetch(ind, r0, "S", "v", "kh", "HV", VB, XV)
+    if g.PF:
+        g.emit(1, "if 0 < lim:")
+        fetch(2, "0")
+    g.emit(1, f"for c0 in range(0, lim, {BC}):")
+    if not g.PF:
+        fetch(2, "c0")
+    tk.put(2, f"{KB} + d * {BC + 4} + r", 0)
+    tv.put(2, f"{VB} + r * {D + 4} + d", XV)
+    g.emit(2, "cuda.syncthreads()")
+    if g.PF:
+        g.emit(2, f"if c0 + {BC} < lim:")
+        fetch(3, f"(c0 + {BC})")
+    # S = Q K^T: MI rows x NJ columns a thread, both read as vectors at every k
+    _zero(g, 2, "s", MI, NJ)
+    g.emit(2, f"pa = uint64({QB} + ty * {MI})", f"pb = uint64({KB} + tx * {NJ})")
+    g.kloop(2, "kk", D, g.vloads("av", MI, "pa") + g.vloads("bv", NJ, "pb") + [
+        f"for i in range({MI}):", f"    for j in range({NJ}):",
+        "        s[i, j] += av[i] * bv[j]", f"pa += uint64({BR + 4})", f"pb += uint64({BC + 4})"])
+    # online softmax in base 2; masked scores -inf
+    g.emit(2, f"for i in range({MI}):", f"    row = row0 + ty * {MI} + i",
+           "    cl = min(S, row + 1) if causal else S", "    mx = NEG",
+           f"    for j in range({NJ}):", "        x = s[i, j] * c2",
+           f"        if c0 + tx * {NJ} + j >= cl:", "            x = NEG", "        s[i, j] = x",
+           "        mx = max(mx, x)")
+    g.group(3, "mx", "max")
+    g.emit(3, "mn = max(m[i], mx)", f"mu = mn if mn > NEG else {ct}(0)",
+           "al = math.exp2(m[i] - mu)", "m[i] = mn", f"ls = {ct}(0)",
+           f"for j in range({NJ}):", "    x = math.exp2(s[i, j] - mu)", "    s[i, j] = x",
+           "    ls += x", "l[i] = l[i] * al + ls", f"for k in range({OC}):", "    o[i, k] *= al")
+    # P^T: column j of this thread's rows, MI contiguous words
+    pw = 4 if MI % 4 == 0 else 2 if MI % 2 == 0 else 1
+    g.emit(2, f"for j in range({NJ}):",
+           f"    pp = uint64({PB} + (tx * {NJ} + j) * {BR + 4} + ty * {MI})")
+    if g.sim or pw == 1:
+        g.emit(3, f"for i in range({MI}):", "    sm[pp + uint64(i)] = s[i, j]")
+    else:
+        for i0 in range(0, MI, pw):
+            vals = ", ".join(f"s[{i0 + i}, j]" for i in range(pw))
+            g.emit(3, f"st{pw}(sm, pp{f' + uint64({i0})' if i0 else ''}, {vals})")
+    g.emit(2, "cuda.syncthreads()")
+    # O += P V: MI rows of P^T and OC columns of V (W-wide groups) a key
+    g.emit(2, f"pa = uint64({PB} + ty * {MI})", f"pb = uint64({VB} + tx * {W})")
+    body = g.vloads("av", MI, "pa")
+    for k0 in range(0, OC, W):
+        off = (k0 // W) * W * TX
+        ptr = f"pb + uint64({off})" if off else "pb"
+        body += [x.replace("wv[", f"wv[{k0} + ") for x in g.vloads("wv", W, ptr)]
+    g.kloop(2, "c", BC, body + [f"for i in range({MI}):", f"    for k in range({OC}):",
+                                "        o[i, k] += av[i] * wv[k]", f"pa += uint64({BR + 4})",
+                                f"pb += uint64({D + 4})"])
+    g.emit(2, "cuda.syncthreads()")
+    g.emit(1, f"for i in range({MI}):", "    li = l[i]")
+    g.group(2, "li", "sum")
+    g.emit(2, f"t = row0 + ty * {MI} + i")
+    if lse_out:
+        g.emit(2, "if t < T and tx == 0:",
+               f"    La[uint64(lo + (b * N + n) * T + t)] = {g.out}(m[i] * {ct}"
+               f"({math.log(2)!r}) + math.log(li)) if li > 0 else {g.out}(NEG)")
+    g.emit(2, f"inv = {ct}(1) / li if li > 0 else {ct}(0)", "if t < T:",
+           "    ob = outo + ((b * T + t) * N + n) * HV", f"    for k in range({OC}):",
+           f"        e = (k // {W}) * {W * TX} + tx * {W} + k % {W}", "        if e < HV:",
            f"            O[uint64(ob + e)] = {g.out}(o[i, k] * inv)")
 
 
@@ -579,8 +793,10 @@ def source(mode, dtype, st_dtype, D, cfg, sim, opts, nh=0):
     'dqsum': the merged backward and its dQ partials' sum, both of a 'bwd' configuration; nh:
     the sum's row length N * H)."""
     g = _Gen(mode, dtype, st_dtype, D, cfg, sim)
-    {"fwd": lambda: _fwd_like(g, False), "stats": lambda: _fwd_like(g, True),
-     "fwdl": lambda: _fwd_like(g, False, lse_out=True),
+    fwd2 = g.vec == 2
+    {"fwd": lambda: _fwd2(g, False) if fwd2 else _fwd_like(g, False),
+     "stats": lambda: _fwd_like(g, True),
+     "fwdl": lambda: _fwd2(g, True) if fwd2 else _fwd_like(g, False, lse_out=True),
      "delta": lambda: _fwd_like(g, True, lse_in=True),
      "dq": lambda: _dq(g), "dkv": lambda: _dkv(g), "bwd": lambda: _dkv(g, merged=True),
      "dqsum": lambda: _dqsum(g, *dqsum_shape(nh, sim))}[mode]()
