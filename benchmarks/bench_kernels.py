@@ -66,6 +66,11 @@ def main():
     rng = np.random.default_rng(0)
     f32 = np.float32
     big = torch.empty(2 ** 26, device="cuda")
+    # ~1 s of copies first: an idle GPU clocks up over the first replays (a column sum timed
+    # first read 19.9, 14.4, 11.7, 9.1, 5.0, 4.6 us in six back-to-back calls, H200 2026-11-25)
+    for _ in range(300):
+        big.clone()
+    torch.cuda.synchronize()
     copy_ms = graph_ms(lambda: big.clone())
     print(json.dumps({"copy_GBs": round(2 * big.numel() * 4 / copy_ms / 1e6),
                       "gpu": torch.cuda.get_device_name()}), flush=True)

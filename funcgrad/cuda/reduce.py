@@ -18,10 +18,11 @@ import math
 
 import numpy as np
 
+from . import reduce_kernels as RK
 from . import runtime
 from .arrays import DeviceBuffer, pool
-from . import reduce_kernels as RK
 from .elementwise import compute_t, contiguous, nbt, run
+from .fusion import aligned
 
 BIG_INDEX = 2 ** 62
 
@@ -224,10 +225,51 @@ def _geometry():
     return 256, 32, 32, 8, 1 << 20
 
 
-def _plan(A, R, B, sr, sb):
+# the vector kernels (reduce_kernels.*_vec_source): rows T threads, L lanes an item; cols CX
+# runs of V columns x RY row lanes; U runs in flight a thread. H200 (2026-11-25, graph-replayed,
+# benchmarks/bench_kernels.py's clock): 4096 x 384 float32 row sum 2.34-2.38 us with L 16, U 2
+# (L 32: 2.42-2.47; the scalar kernel 3.8; torch 2.9-3.2); column sum 4.2-4.3 us with CX 8,
+# RY 32 and G 16-32 chunks (G 64: 5.0-5.2, G 128: 5.9-6.2; the scalar pair 7.2-12.5; torch
+# 10.1-10.7); a last-block combine in one launch (threadfence + atomic counter) was no faster
+# (4.3-4.5 us), so the partials keep their second launch
+VEC_GEOMETRY = {"sim": (8, 4, 2, 2, 2), "gpu": (256, 16, 8, 32, 2)}
+
+
+def _vec_geometry():
+    return VEC_GEOMETRY["sim" if runtime.SIM else "gpu"]
+
+
+def _is_cols(B, sr, sb):
+    return B > 1 and abs(sb) <= abs(sr)
+
+
+def _width(x, A, R, B, sa, sr, sb) -> int:
+    """V (4 float32 / 2 float64 elements: 16 bytes) when the vector kernels may read x, else 1:
+    values summed in their own type, a V-aligned first element, and every run of V aligned and
+    inside one row (rows: R and the row starts; cols: B and the strides)."""
+    d = x.dtype
+    if d.kind != "f" or d.itemsize not in (4, 8) or acc_dtype("sum", d) != d:
+        return 1
+    V = 16 // d.itemsize
+    if not aligned(x, V, runtime.SIM):
+        return 1
+    if _is_cols(B, sr, sb):   # (A on the grid's z: at most 65535)
+        ok = sb == 1 and B % V == 0 and sa % V == 0 and sr % V == 0 and A < 65536
+    else:
+        ok = sr == 1 and R % V == 0 and (A == 1 or sa % V == 0) and (B == 1 or sb % V == 0)
+    return V if ok else 1
+
+
+def _plan(A, R, B, sr, sb, V=1):
     """("rows" | "cols", G chunks of CH): chosen from the shape (and strides) only."""
-    T, L, BX, BY, _ = _geometry()
-    cols = B > 1 and abs(sb) <= abs(sr)
+    _, L, BX, BY, _ = _geometry()
+    cols = _is_cols(B, sr, sb)
+    if V > 1 and cols and not runtime.SIM:   # ~400 blocks; >= 8 rows a thread
+        _, _, CX, RY, _ = _vec_geometry()
+        tiles = A * -(-B // (CX * V))
+        G = max(1, min(-(-400 // tiles), -(-R // (8 * RY)), 65535))
+        CH = -(-R // G)
+        return "cols", -(-R // CH), CH
     if runtime.SIM:
         want, minch = (4, 2 * BY) if cols else (4, 2 * L)
     elif cols:   # ~8 blocks of 256 threads per SM on 132 SMs; >= 8 rows per thread
@@ -237,36 +279,54 @@ def _plan(A, R, B, sr, sb):
     items = A * (-(-B // BX) * BX if cols else B)
     G = max(1, min(-(-want // max(items, 1)), -(-R // minch), 65536))
     CH = -(-R // G)
+    if V > 1 and not cols:   # chunks of whole runs
+        CH = -(-CH // V) * V
     return ("cols" if cols else "rows"), -(-R // CH), CH
 
 
-def _launch3(kind, x, A, R, B, sa, sr, sb, out, G, CH, mode):
+def _launch3(kind, x, A, R, B, sa, sr, sb, out, G, CH, mode, V=1):
     acc = acc_dtype(kind, x.dtype)
     T, L, BX, BY, cap = _geometry()
+    shfl = not runtime.SIM
+    args = (G, B, R, CH, x.arr(), x.offset, sa, sb, sr, out.arr(), out.offset)
+    if V > 1:
+        VT, VL, CX, RY, U = _vec_geometry()
+        key = ("red3v", mode, kind, x.dtype.name, acc.name, out.dtype.name, VT, VL, CX, RY, V,
+               U, shfl)
+        if mode == "cols":
+            k = runtime.kernel(key, lambda: RK.cols_vec_source(kind, x.dtype, acc, out.dtype,
+                                                               CX, RY, V, U, shfl))
+            NBT = -(-B // (CX * V))
+            k[(NBT, G, A), CX * RY, runtime.stream()](A * G * NBT, NBT, *args)
+        else:
+            flat = G == 1 and B == 1
+            k = runtime.kernel(key + (flat,), lambda: RK.rows_vec_source(
+                kind, x.dtype, acc, out.dtype, VT, VL, V, U, shfl, flat))
+            NI = A * B * G
+            k[max(1, min(-(-NI // (VT // VL)), cap)), VT, runtime.stream()](NI, *args)
+        return out
     key = ("red3", mode, kind, x.dtype.name, acc.name, out.dtype.name, T, L, BX, BY)
     if mode == "cols":
         k = runtime.kernel(key, lambda: RK.cols_source(kind, x.dtype, acc, out.dtype, BX, BY))
         NBT = -(-B // BX)
         NT = A * G * NBT
-        k[max(1, min(NT, cap)), BX * BY, runtime.stream()](
-            NT, NBT, G, B, R, CH, x.arr(), x.offset, sa, sb, sr, out.arr(), out.offset)
+        k[max(1, min(NT, cap)), BX * BY, runtime.stream()](NT, NBT, *args)
     else:
-        shfl = not runtime.SIM
         k = runtime.kernel(key + (shfl,), lambda: RK.rows_source(kind, x.dtype, acc, out.dtype,
                                                                  T, L, shfl))
         NI = A * B * G
-        k[max(1, min(-(-NI // (T // L)), cap)), T, runtime.stream()](
-            NI, G, B, R, CH, x.arr(), x.offset, sa, sb, sr, out.arr(), out.offset)
+        k[max(1, min(-(-NI // (T // L)), cap)), T, runtime.stream()](NI, *args)
     return out
 
 
 def _reduce3(kind, x, A, R, B, sa, sr, sb, out):
-    mode, G, CH = _plan(A, R, B, sr, sb)
+    V = _width(x, A, R, B, sa, sr, sb)
+    mode, G, CH = _plan(A, R, B, sr, sb, V)
     if G == 1:
-        return _launch3(kind, x, A, R, B, sa, sr, sb, out, 1, R, mode)
+        return _launch3(kind, x, A, R, B, sa, sr, sb, out, 1, R, mode, V)
     # partials of a sum/prod/max/min combine with the same operation, in a fixed order
     part = pool().empty((A, G, B) if mode == "cols" else (A * B, G), acc_dtype(kind, x.dtype))
-    _launch3(kind, x, A, R, B, sa, sr, sb, part, G, CH, mode)
+    _launch3(kind, x, A, R, B, sa, sr, sb, part, G, CH, mode, V)
     if mode == "cols":
         return _reduce3(kind, part, A, G, B, G * B, B, 1, out)
     return _reduce3(kind, part, A * B, G, 1, G, 1, 0, out)

@@ -121,3 +121,104 @@ def cols_source(kind, in_dtype, acc, out_dtype, BX, BY) -> str:
            "        if ty == 0 and b < B:", f"            o[oo + ag * B + b] = {out}(sh[t])",
            "        cuda.syncthreads()", "        tile += cuda.gridDim.x"]
     return "\n".join(L_) + "\n"
+
+
+def _vec_load(in_dtype, ct, V, vec, at, ind):
+    """Lines setting v_0 .. v_{V-1} to x[at .. at + V - 1] (one V-wide load on a GPU)."""
+    if vec:
+        return [f"{ind}v_ = ldv{V}(x, {at})"] + [
+            f"{ind}v_{e} = {ct}({compute_t(in_dtype)}(v_[{e}]))" for e in range(V)]
+    return [f"{ind}v_{e} = {ct}({compute_t(in_dtype)}(x[{at} + {e}]))" for e in range(V)]
+
+
+def rows_vec_source(kind, in_dtype, acc, out_dtype, T, L, V, U, shfl, flat) -> str:
+    """The rows kernel (same arguments) for contiguous reduced runs (sr == 1) cut in runs of V
+    aligned elements: a lane reads runs lane * V + k * V * L, U runs in flight (one 16-byte
+    load each on a GPU), with V accumulators. R and CH must be multiples of V and every row
+    start (xo + a * sa + b * sb) V-aligned. `flat` (G == B == 1): an item is a row a, and
+    the kernel divides nothing (64-bit divisions cost ~0.7 us of a 3 us row sum)."""
+    ct, idn, out = nbt(acc), ident(kind, acc), nbt(out_dtype)
+    gpb, VL, vec = T // L, V * L, not runtime.SIM
+    L_ = [f"from funcgrad.cuda.vecmem import ldv{V}\n" if vec else "", _comb(kind, acc),
+          f"\n@cuda.jit({runtime.jit_opts()})",
+          "def kernel(NI, G, B, R, CH, x, xo, sa, sb, sr, o, oo):",
+          f"    sh = cuda.shared.array({T}, {ct})",
+          "    t = cuda.threadIdx.x", f"    grp = t // {L}", f"    lane = t - grp * {L}",
+          f"    it0 = cuda.blockIdx.x * {gpb}",
+          "    while it0 < NI:",
+          "        item = it0 + grp"]
+    L_ += [f"        a{e} = {idn}" for e in range(V)]
+    L_ += ["        if item < NI:"]
+    if flat:
+        L_ += ["            r = 0", "            r1 = R", "            base = xo + item * sa"]
+    else:
+        L_ += ["            ab = item // G", "            g = item - ab * G",
+               "            a = ab // B", "            b = ab - a * B",
+               "            r = g * CH", "            r1 = min(R, r + CH)",
+               "            base = xo + a * sa + b * sb"]
+    L_ += [f"            r += lane * {V}", "            while r < r1:"]
+    for k in range(U):   # U runs in flight: the loads do not wait for each other's sums
+        L_ += [f"                if r + {k * VL} < r1:"]
+        L_ += _vec_load(in_dtype, ct, V, vec, f"base + r + {k * VL}", " " * 20)
+        L_ += [f"                    a{e} = comb(a{e}, v_{e})" for e in range(V)]
+    L_ += [f"                r += {U * VL}"]
+    tree = [f"a{e}" for e in range(V)]
+    while len(tree) > 1:   # (a0 . a1) . (a2 . a3): a fixed order
+        tree = [f"comb({tree[i]}, {tree[i + 1]})" for i in range(0, len(tree), 2)]
+    L_ += [f"        acc = {tree[0]}"]
+    if shfl:
+        L_ += [f"        off = {L // 2}", "        while off > 0:",
+               "            acc = comb(acc, cuda.shfl_xor_sync(0xffffffff, acc, off))",
+               "            off //= 2"]
+    else:
+        L_ += ["        sh[t] = acc", "        cuda.syncthreads()", f"        s = {L // 2}",
+               "        while s > 0:", "            if lane < s:",
+               "                sh[t] = comb(sh[t], sh[t + s])", "            cuda.syncthreads()",
+               "            s //= 2", "        acc = sh[t - lane]", "        cuda.syncthreads()"]
+    L_ += ["        if lane == 0 and item < NI:", f"            o[oo + item] = {out}(acc)",
+           f"        it0 += cuda.gridDim.x * {gpb}"]
+    return "\n".join(x for x in L_ if x) + "\n"
+
+
+def cols_vec_source(kind, in_dtype, acc, out_dtype, CX, RY, V, U, shfl) -> str:
+    """The cols kernel (same arguments) over tiles of W = CX * V outputs for V-aligned columns
+    (sb == 1; B, sa, sr and xo multiples of V), launched on a grid (NBT tiles, G chunks, A
+    outer indices): thread (ry, cx) reads runs of V columns cx * V of rows r0 + ry + k * RY,
+    U rows in flight. On a GPU (RY a multiple of 32 // CX) the row lanes of a warp combine by
+    shuffles, then the warps' partials in shared memory in warp order; in the simulator thread
+    ry's partials in ry order."""
+    ct, idn, out = nbt(acc), ident(kind, acc), nbt(out_dtype)
+    W, T, vec = CX * V, CX * RY, not runtime.SIM
+    P = T // 32 if shfl else RY          # partial rows a column combines at the end
+    L_ = [f"from funcgrad.cuda.vecmem import ldv{V}\n" if vec else "", _comb(kind, acc),
+          f"\n@cuda.jit({runtime.jit_opts()})",
+          "def kernel(NT, NBT, G, B, R, CH, x, xo, sa, sb, sr, o, oo):",
+          f"    sh = cuda.shared.array({P * W}, {ct})",
+          "    t = cuda.threadIdx.x", f"    ry = t // {CX}", f"    cx = t - ry * {CX}",
+          "    bt = cuda.blockIdx.x", "    g = cuda.blockIdx.y", "    a = cuda.blockIdx.z",
+          "    ag = a * G + g", f"    c = bt * {W} + cx * {V}"]
+    nhead = len(L_)
+    L_ += [f"        a{e} = {idn}" for e in range(V)]
+    L_ += ["        if c < B:",
+           "            r = g * CH", "            r1 = min(R, r + CH)", "            r += ry",
+           "            base = xo + a * sa + c",
+           "            while r < r1:"]
+    for k in range(U):
+        L_ += [f"                if r + {k * RY} < r1:"]
+        L_ += _vec_load(in_dtype, ct, V, vec, f"base + (r + {k * RY}) * sr", " " * 20)
+        L_ += [f"                    a{e} = comb(a{e}, v_{e})" for e in range(V)]
+    L_ += [f"                r += {U * RY}"]
+    if shfl:   # lanes l and l ^ CX, l ^ 2 CX, ... hold the same columns of other rows
+        L_ += [f"        off = {CX}", "        while off < 32:"]
+        L_ += [f"            a{e} = comb(a{e}, cuda.shfl_xor_sync(0xffffffff, a{e}, off))"
+               for e in range(V)]
+        L_ += ["            off *= 2", f"        if t % 32 < {CX}:"]
+        L_ += [f"            sh[(t // 32) * {W} + cx * {V} + {e}] = a{e}" for e in range(V)]
+    else:
+        L_ += [f"        sh[ry * {W} + cx * {V} + {e}] = a{e}" for e in range(V)]
+    L_ += ["        cuda.syncthreads()", "        j = t",
+           f"        while j < {W} and bt * {W} + j < B:", "            s = sh[j]"]
+    L_ += [f"            s = comb(s, sh[{p * W} + j])" for p in range(1, P)]
+    L_ += [f"            o[oo + ag * B + bt * {W} + j] = {out}(s)", f"            j += {T}"]
+    head, rest = L_[:nhead], L_[nhead:]   # the body was written one level deeper
+    return "\n".join(x for x in head + [y[4:] for y in rest] if x) + "\n"
