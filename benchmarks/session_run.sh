@@ -38,8 +38,9 @@ case "${1:-part1}" in
   closing)   # one call for a short device budget: part1's essentials and the peers
     t0=$SECONDS
     python3 -m pytest -m cuda -n 16 --dist worksteal -p no:benchmark -p no:cacheprovider -q \
-      > "$out/cuda_tests.log" 2>&1
+      --durations=12 > "$out/cuda_tests.log" 2>&1
     echo "pytest -m cuda cold: rc=$? $((SECONDS - t0)) s; $(tail -1 "$out/cuda_tests.log")"
+    grep -E "^[0-9.]+s (call|setup)" "$out/cuda_tests.log" | head -12
     python3 -m compileall -q .site funcgrad > /dev/null 2>&1
     for i in 1 2; do FUNCGRAD_CACHE_DIR=$(mktemp -d) python3 benchmarks/cold_compile.py 2>/dev/null | grep '^{' | cut -c1-300 | sed "s/^/cold$i /"; done
     warm=$(mktemp -d)
