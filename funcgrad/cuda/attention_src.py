@@ -34,6 +34,17 @@ element index, so each 64-bit index is the previous one plus one hoisted stride 
 softmax runs in base 2 with log2(e) folded into the scale. H200, 2026-11-25, W2 (B16 N6 T256 H64
 causal), fwdl: 49.9 us at (64, 32, 16, 8, 2, 8, 1, 0, 4) (163 registers, 3 blocks an SM)
 against 72.0 us for VEC 0's (64, 32, 32, 8, 0, 8, 1) in the same process.
+
+The merged backward's VEC layouts (cb) run its three score-tile products (dV += P^T dO,
+dK += dS^T Q, dQ partial = dS K) four reduction steps at a time (mm_ci / mm_cc): both operands
+are contiguous along the reduction in shared memory, so (MI + OC) float4 loads feed 4 MI OC FMAs
+(mm_so1 / mm_so: 4 (1 + OC) and 4 (MI + OC) loads); P^T and dS^T are stored as float4s; the
+query rows' statistics load beside their tile; with PF the next Q / dO tile is fetched in Gray
+order (the forward's _Tile, one device function for both operands and both call sites) during
+the products. The products alone did not move it (125.9 against 126.6 us: the shared pipe was
+not what bound it); hiding the global loads did: H200, 2026-11-25, W2, bwd 126.1 -> 101.9 us at
+(32, 32, 8, 16, 1, 8, 1, 4, 4) (launch bounds cap 128 registers: 4 blocks an SM, no spills).
+delta's VEC 2 form (_delta2) reads o and do straight from global memory: 8.5 -> 4.9 us.
 """
 from __future__ import annotations
 
@@ -44,19 +55,20 @@ from .elementwise import compute_t, nbt
 SMEM_WORDS_BYTES = 48 * 1024
 # (BR, BC, TY, TX[, VEC, U[, PF[, MB[, UK]]]]) in order of preference; the first whose shared
 # memory fits is used. VEC 1: contiguous register tiles (rows ty * MI + i, columns tx * NJ + j)
-# over tiles padded to a multiple of four words, so the GEMM loops read float4s; VEC 2 (fwd and
-# fwdl; other modes read it as VEC 1): _fwd2's layout; U: global loads in flight per operand
-# (VEC 2: the whole tile); PF, MB, UK: the module docstring
+# over tiles padded to a multiple of four words, so the GEMM loops read float4s; VEC 2: fwd and
+# fwdl _fwd2's layout, delta _delta2 (no shared memory), bwd VEC 1 with V^T unpadded and the
+# query statistics in P^T's padding (5 blocks an SM at W2: slower), other modes VEC 1; U: global
+# loads in flight per operand (VEC 2 forward: the whole tile); PF, MB, UK: the module docstring
 GPU_CONFIGS = {   # the first of each: fastest at W2's shapes on an H200 (bench_attention_simt)
     "fwd": [(64, 32, 16, 8, 2, 8, 1, 0, 4), (64, 32, 32, 8, 0, 8, 1), (64, 32, 16, 8),
             (32, 32, 8, 8), (16, 16, 8, 8), (8, 8, 4, 4)],
     "stats": [(64, 32, 16, 8), (32, 32, 8, 8), (16, 16, 8, 8), (8, 8, 4, 4)],
-    "delta": [(64, 32, 32, 8, 0, 8), (64, 32, 16, 8), (32, 32, 8, 8), (16, 16, 8, 8),
-              (8, 8, 4, 4)],
+    "delta": [(32, 32, 16, 16, 2, 0), (64, 32, 32, 8, 0, 8), (64, 32, 16, 8), (32, 32, 8, 8),
+              (16, 16, 8, 8), (8, 8, 4, 4)],
     "dq": [(32, 32, 8, 16, 0, 8), (32, 32, 8, 8), (16, 16, 8, 8), (8, 8, 4, 4)],
     "dkv": [(32, 32, 16, 8, 1, 8), (32, 32, 8, 8), (16, 16, 8, 8), (8, 8, 4, 4)],
     # the merged backward (dkv's work plus the dQ partials dS K); BR == BC
-    "bwd": [(32, 32, 8, 16, 1, 4, 0, 0, 4), (32, 32, 8, 8), (16, 16, 8, 8), (8, 8, 4, 4)],
+    "bwd": [(32, 32, 8, 16, 1, 8, 1, 4, 4), (32, 32, 8, 8), (16, 16, 8, 8), (8, 8, 4, 4)],
 }
 GPU_CONFIGS["fwdl"] = GPU_CONFIGS["fwd"]       # the forward that also writes the logsumexp
 SIM_CONFIG = (4, 4, 2, 2)   # the simulator: 4 threads, 2 x 2 registers, every path on tiny shapes
@@ -83,11 +95,21 @@ def fwd2_words(D, BR, BC):
     return D * (BR + 4) + D * (BC + 4) + BC * (D + 4) + BC * (BR + 4)
 
 
+def bwd_words(D, BR, BC):
+    """Shared-memory words of the merged backward's VEC layout (_dkv's cb): K^T, V^T (rows
+    unpadded), Q^T, dO^T, P^T and dS^T tiles; the query statistics in P^T's row padding."""
+    return D * (BR + 4) + D * BR + 2 * D * (BC + 4) + 2 * BC * (BR + 4)
+
+
 def config_words(mode, D, cfg):
     """Shared-memory words of `cfg` (any configuration tuple) for `mode` at head dim D."""
     BR, BC, _, _, vec = full_config(cfg)[:5]
     if vec == 2 and mode in ("fwd", "fwdl"):
         return fwd2_words(D, BR, BC)
+    if vec == 2 and mode == "delta":   # _delta2: no shared memory
+        return 0
+    if vec == 2 and mode == "bwd" and BR == BC and BR % 4 == 0:
+        return bwd_words(D, BR, BC)
     return smem_words(mode, D, BR, BC, 4 if vec else 1)
 
 
@@ -120,6 +142,7 @@ class _Gen:
         self.st_out = nbt(st_dtype)
         self.L: list[str] = []
         self.fn = False   # products as calls of device functions (typed once: faster compile)
+        self.cb = False   # fn: the score-tile products four c a step (mm_ci / mm_cc)
 
     def row(self, i):
         """This thread's i-th row of a tile (an expression)."""
@@ -187,7 +210,7 @@ class _Gen:
             self.tile_index(ind + 1, R)
             self.emit(ind + 1, f"rr = {r0} + r",
                       f"ok = {f'i < {total} and ' if tail else ''}rr < {limit}")
-            for n_, (op, head, width, _) in enumerate(ops):
+            for n_, (op, head, width, *_) in enumerate(ops):
                 self.emit(ind + 1, f"x = {ct}(0)", f"if ok and d < {width}:",
                           f"    x = {ct}({op.upper()}a[uint64({op}o + b * {op}s0 + rr * {op}s1 + "
                           f"{head} * {op}s2 + d * {op}s3)])", f"xl[u + {U * n_}] = x")
@@ -200,19 +223,21 @@ class _Gen:
         if tail:
             self.emit(ind + 1, f"if i < {total}:")
             pre = "    "
-        for n_, (_, _, _, base) in enumerate(ops):
-            self.emit(ind + 1, f"{pre}sm[uint64({base} + a_)] = xl[u + {U * n_}]")
+        for n_, (_, _, _, base, *rs) in enumerate(ops):   # rs: a row stride other than R + P
+            at = f"d * {rs[0]} + r" if rs else "a_"
+            self.emit(ind + 1, f"{pre}sm[uint64({base} + {at})] = xl[u + {U * n_}]")
 
-    def stream(self, ind, start, end, limit, ops):
+    def stream(self, ind, start, end, limit, ops, pre=()):
         """for c0 in range(start, end, BC), the tile of ops at rows c0 stored in shared memory
-        (PF: loaded into registers before, during the previous tile's products)."""
+        (PF: loaded into registers before, during the previous tile's products); pre: lines
+        run first in each iteration (loads issued beside the tile's)."""
         if not self.PF:
-            self.emit(ind, f"for c0 in range({start}, {end}, {self.BC}):")
+            self.emit(ind, f"for c0 in range({start}, {end}, {self.BC}):", *pre)
             self.load_tile(ind + 1, "c0", limit, self.BC, ops)
             return
         self.emit(ind, f"if {start} < {end}:")
         self.load_tile(ind + 1, start, limit, self.BC, ops, "fetch")
-        self.emit(ind, f"for c0 in range({start}, {end}, {self.BC}):")
+        self.emit(ind, f"for c0 in range({start}, {end}, {self.BC}):", *pre)
         self.load_tile(ind + 1, "c0", limit, self.BC, ops, "put")
 
     def prefetch(self, ind, end, limit, ops):
@@ -273,8 +298,13 @@ class _Gen:
 
     def so_call(self, ind, acc, first, s_i, s_c, obase, OR, klen):
         """acc[i, k] += sum_{c < klen} S(c, i) O[tx + TX k][c], S(c, i) at first + i s_i + c s_c
-        (the device function mm_so)."""
+        (the device function mm_so; cb: mm_ci / mm_cc, four c a step)."""
         P, TX = self.P, self.TX
+        if self.cb:
+            f, st = ("mm_ci", s_c) if s_i == 1 else ("mm_cc", s_i)
+            self.emit(ind, f"{f}(sm, {acc}, a4, b4, uint64({first}), uint64({st}), "
+                      f"uint64({obase} + tx * {OR + P}), uint64({TX * (OR + P)}), {klen})")
+            return
         if self.vec and s_i == 1:
             self.emit(ind, f"mm_so1(sm, {acc}, av, wv, uint64({first}), uint64({s_c}), "
                       f"uint64({obase} + tx * {OR + P}), uint64({TX * (OR + P)}), {klen})")
@@ -300,6 +330,39 @@ class _Gen:
         if self.vec:   # rows contiguous (s_i = 1): vector loads
             self.emit(0, "", dev, "def mm_so1(sm, acc, av, wv, ps, s_c, po, ow, klen):")
             self.kloop(1, "c", "klen", self.vloads("av", MI, "ps") + tail)
+        if self.cb:
+            for name, rows in (("mm_ci", True), ("mm_cc", False)):
+                self.emit(0, "", dev, f"def {name}(sm, acc, a4, b4, pa, sa, pb, sb, klen):")
+                self.emit(1, "for c0 in range(0, klen, 4):")
+                self.emit(2, *self.cb_body(rows))
+
+    def cb_body(self, rows):
+        """Four c-steps of acc[i, k] += A(i, c) B(k, c), B(k, c) at pb + k sb + c (the rows of O
+        over c: one float4 a column k); rows: A(i, c) at pa + c sa + i (one float4 per c and
+        four rows), else at pa + i sa + c (one float4 per row). (MI + OC) float4 loads for
+        4 MI OC FMAs where mm_so1 reads 4 (1 + OC) vectors and scalars."""
+        MI, OC = self.MI, self.OC
+        if self.sim:
+            a = "pa + uint64(c) * sa + uint64(i)" if rows else "pa + uint64(i) * sa + uint64(c)"
+            out = [f"for k in range({OC}):", "    for c in range(4):",
+                   "        b4[k, c] = sm[pb + uint64(k) * sb + uint64(c)]",
+                   f"for i in range({MI}):", "    for c in range(4):", f"        a4[i, c] = sm[{a}]"]
+        else:
+            out = [f"for k in range({OC}):",
+                   "    b4[k, 0], b4[k, 1], b4[k, 2], b4[k, 3] = ld4(sm, pb + uint64(k) * sb)"]
+            if rows:
+                w = 4 if MI % 4 == 0 else 2 if MI % 2 == 0 else 1
+                out.append("for c in range(4):")
+                for i0 in range(0, MI, w):
+                    names = ", ".join(f"a4[{i0 + i}, c]" for i in range(w))
+                    at = f"pa + uint64(c) * sa{f' + uint64({i0})' if i0 else ''}"
+                    out.append(f"    {names} = " + (f"ld{w}(sm, {at})" if w > 1 else f"sm[{at}]"))
+            else:
+                out += [f"for i in range({MI}):",
+                        "    a4[i, 0], a4[i, 1], a4[i, 2], a4[i, 3] = ld4(sm, pa + uint64(i) * sa)"]
+        return out + ["for c in range(4):", f"    for i in range({MI}):",
+                      f"        for k in range({OC}):", "            acc[i, k] += a4[i, c] * b4[k, c]",
+                      f"pa += {'sa * uint64(4)' if rows else 'uint64(4)'}", "pb += uint64(4)"]
 
     def group(self, ind, var, op):
         """var <- the max / sum of var over the TX lanes of this thread's row group."""
@@ -342,6 +405,9 @@ class _Gen:
         self.local("av", self.MI)
         self.local("bv", self.NJ)
         self.local("wv", self.OC)
+        if self.cb:
+            self.local("a4", self.MI, 4)
+            self.local("b4", self.OC, 4)
 
 
 def _query_rows(g):
@@ -466,6 +532,7 @@ class _Tile:
         self.total = R * g.D
         self.U = -(-self.total // g.NT)
         self.f, self.e = _tile_map(g.D, R, transposed)
+        self.fn = False   # fetch through the device function fetch_<name> (fetch_fn)
         NT = g.NT
         self.split = all(
             self.f(t + NT * u) == tuple(a + b for a, b in zip(self.f(t), self.f(NT * u)))
@@ -510,14 +577,35 @@ class _Tile:
         rv, dv = self.e(f"{NT} * v")
         g.emit(ind, f"p_ = {op}b_ + ({r0} + r_{nm}) * {op}s1 + d_{nm} * {op}s3",
                f"nr_ = int32(min({limit} - ({r0}) - r_{nm}, {self.R}))",
-               f"nd_ = int32(min({width} - d_{nm}, {g.D}))",
-               f"for n_ in range({n}):", "    u = n_ ^ (n_ >> 1)",
+               f"nd_ = int32(min({width} - d_{nm}, {g.D}))")
+        if self.fn:
+            g.emit(ind, f"fetch_{nm}({op.upper()}a, xl, p_, {op}s1, {op}s3, nr_, nd_, {xo})")
+            return
+        g.emit(ind, f"for n_ in range({n}):", "    u = n_ ^ (n_ >> 1)",
                "    v = (n_ - 1) ^ ((n_ - 1) >> 1)",
                f"    p_ += ({r} - ({rv})) * {op}s1 + ({d} - ({dv})) * {op}s3",
                f"    if u < {U}:", f"        x = {ct}(0)",
                f"        if {r} < nr_ and {d} < nd_:",
                f"            x = {ct}({op.upper()}a[uint64(p_)])",
                f"        xl[{xo} + u] = x")
+
+    def fetch_fn(self):
+        """fetch_gray's loop as the device function fetch_<name> (typed once, inlined by
+        NVVM: one body however many operands and call sites share this map)."""
+        g, ct, NT, U = self.g, self.g.ct, self.g.NT, self.U
+        n = 1 << max(0, (U - 1).bit_length())
+        r, d = self.e(f"{NT} * u")
+        rv, dv = self.e(f"{NT} * v")
+        g.emit(0, "", "@cuda.jit(device=True, OPTS)",
+               f"def fetch_{self.name}(A, xl, p_, s1, s3, nr_, nd_, xo):",
+               f"    for n_ in range({n}):", "        u = n_ ^ (n_ >> 1)",
+               "        v = (n_ - 1) ^ ((n_ - 1) >> 1)",
+               f"        p_ += ({r} - ({rv})) * s1 + ({d} - ({dv})) * s3",
+               f"        if u < {U}:", f"            x = {ct}(0)",
+               f"            if {r} < nr_ and {d} < nd_:",
+               f"                x = {ct}(A[uint64(p_)])",
+               "            xl[xo + u] = x")
+        self.fn = True
 
     def put(self, ind, addr, xo):
         """sm[addr(r, d)] = xl[xo + u]."""
@@ -628,6 +716,39 @@ def _fwd2(g, lse_out):
            f"            O[uint64(ob + e)] = {g.out}(o[i, k] * inv)")
 
 
+def _delta2(g):
+    """delta's VEC 2 form, no shared memory: the TX lanes of a row read its o and do values
+    straight from global memory (dims tx + TX k; a warp's rows consecutive: rows ty + TY i),
+    every load of a thread issued before the first product; the row sums as _fwd_like's
+    (each lane's dims in order, then the lanes' shuffle tree)."""
+    TY, TX, MI, NT, ct = g.TY, g.TX, g.MI, g.NT, g.ct
+    OC = -(-g.D // TX)
+    g.emit(0, "", "@cuda.jit(OPTS)",
+           f"def kernel({_operand('o')}, {_operand('g')}, La, lo, ST, outo, T, S, N, G, H, HV, "
+           "causal, scale_):")
+    if g.sim:
+        g.emit(1, f"red = cuda.shared.array({NT}, {ct})")
+    g.emit(1, "tid = cuda.threadIdx.x", f"ty = tid // {TX}", f"tx = tid - ty * {TX}",
+           f"xs = cuda.local.array(({MI}, {OC}), {ct})", f"ys = cuda.local.array(({MI}, {OC}), {ct})",
+           f"ls = cuda.local.array({MI}, {ct})",
+           "bn = cuda.blockIdx.x", "b = bn // N", "n = bn - b * N",
+           f"row0 = cuda.blockIdx.y * {g.BR}", "ob_ = oo + b * os0 + n * os2",
+           "gb_ = go + b * gs0 + n * gs2", "lb_ = lo + (b * N + n) * T",
+           f"for i in range({MI}):", f"    t = row0 + ty + {TY} * i", f"    ls[i] = {ct}(0)",
+           "    if t < T:", f"        ls[i] = {ct}(La[uint64(lb_ + t)])",
+           f"    for k in range({OC}):", f"        d = tx + {TX} * k", f"        x = {ct}(0)",
+           f"        y = {ct}(0)", "        if t < T and d < HV:",
+           f"            x = {ct}(Oa[uint64(ob_ + t * os1 + d * os3)])",
+           f"            y = {ct}(Ga[uint64(gb_ + t * gs1 + d * gs3)])",
+           "        xs[i, k] = x", "        ys[i, k] = y",
+           f"for i in range({MI}):", f"    x = {ct}(0)", f"    for k in range({OC}):",
+           "        x += xs[i, k] * ys[i, k]")
+    g.group(2, "x", "sum")
+    g.emit(2, f"t = row0 + ty + {TY} * i", "if t < T and tx == 0:",
+           "    sti = outo + ((b * N + n) * T + t) * 2", f"    ST[sti] = {g.st_out}(ls[i])",
+           f"    ST[sti + 1] = {g.st_out}(x)")
+
+
 def _dq(g):
     D, BR, BC, MI, NJ, OC, TX, ct = (g.D, g.BR, g.BC, g.MI, g.NJ, g.OC, g.TX, g.ct)
     P = g.P
@@ -678,15 +799,29 @@ def _dkv(g, merged=False):
     [B, S, K, H + Hv] or the packed [B, T, N + 2K, H] rows)."""
     D, BR, BC, MI, NJ, OC, TX, ct = (g.D, g.BR, g.BC, g.MI, g.NJ, g.OC, g.TX, g.ct)
     P = g.P
+    tiles = None
+    if merged:   # (BR == BC: the dQ product shares the dK / dV products' device function)
+        g.fn = True
+        g.cb = bool(g.vec) and BR % 4 == 0
+        g.device_fns()
+        if g.cb and g.PF and BC <= g.NT:   # the forward's Gray-order fetch, one device function
+            tiles = _Tile(g, "q", BC, True), _Tile(g, "q", BC, True)
+            if tiles[0].split:
+                tiles[0].fetch_fn()
+                tiles[1].fn = True
+    # cb: V^T rows unpadded (V is only read along rows: no conflicts), the query statistics in
+    # the padding of P^T's rows (words BR, BR + 1): 5 blocks an SM fit at W2's (32, 32), D 64
+    pack = g.cb and g.vec == 2
+    VR = BR if pack else BR + P
     KB, VB = 0, D * (BR + P)
-    QB = 2 * D * (BR + P)
+    QB = VB + D * VR
     GB = QB + D * (BC + P)
     PB = GB + D * (BC + P)
     DB = PB + BC * (BR + P)
     LB = DB + BC * (BR + P)
-    if merged:   # (BR == BC: the dQ product shares the dK / dV products' device function)
-        g.fn = True
-        g.device_fns()
+    lse_at, dl_at = ((lambda j: f"{PB} + ({j}) * {BR + P} + {BR}"),
+                     (lambda j: f"{PB} + ({j}) * {BR + P} + {BR + 1}")) if pack else \
+        ((lambda j: f"{LB} + {j}"), (lambda j: f"{LB + BC} + {j}"))
     g.header(["q", "k", "v", "g"], ", ST, sto" + (", DQP, dqpo" if merged else ""), "DKV",
              ", ovo, ors, ohs")
     MQ = BC // g.TY   # merged: dQ rows (queries) per thread (= MI)
@@ -699,30 +834,61 @@ def _dkv(g, merged=False):
         g.emit(1, "pr = 0", "for j_ in range(cuda.blockIdx.y):",
                f"    pr += max(0, T - ((j_ * {BR}) // {BC}) * {BC}) if causal else T",
                "nq = max(0, T - start)", "dqb = dqpo + (cuda.gridDim.x // KH) * pr * N * H")
-    g.load_tile(1, "row0", "S", BR, [("k", "kh", "H", KB), ("v", "kh", "HV", VB)])
+    g.load_tile(1, "row0", "S", BR, [("k", "kh", "H", KB), ("v", "kh", "HV", VB, VR)])
     _zero(g, 1, "dk", MI, OC)
     _zero(g, 1, "dv", MI, OC)
     g.emit(1, "for gi in range(G):", "    n = kh * G + gi")
     qg = [("q", "n", "H", QB), ("g", "n", "HV", GB)]
-    g.stream(2, "start", "T", "T", qg)
-    g.emit(3, f"for j in range(tid, {BC}, {g.NT}):", "    t = c0 + j",
-           "    lse_ = POS", f"    dl_ = {ct}(0)", "    if t < T:",
-           "        sti = sto + ((b * N + n) * T + t) * 2",
-           f"        x = {ct}(ST[sti])", "        lse_ = POS if x == NEG else x",
-           f"        dl_ = {ct}(ST[sti + 1])",
-           f"    sm[{LB} + j] = lse_", f"    sm[{LB + BC} + j] = dl_")
+    st = ["t = c0 + j", "lse_ = POS", f"dl_ = {ct}(0)", f"if j < {BC} and t < T:",
+          "    sti = sto + ((b * N + n) * T + t) * 2", f"    x = {ct}(ST[sti])",
+          "    lse_ = POS if x == NEG else x", f"    dl_ = {ct}(ST[sti + 1])"]
+    if tiles:   # Q and dO (same map: one r_q, d_q)
+        tiles[0].prologue(2)
+        g.emit(2, "qb_ = qo + b * qs0 + n * qs2", "gb_ = go + b * gs0 + n * gs2")
+
+        def fetch(ind, r0):
+            tiles[0].fetch(ind, r0, "T", "q", "n", "H", QB, 0)
+            tiles[1].fetch(ind, r0, "T", "g", "n", "HV", GB, tiles[0].U)
+        g.emit(2, "if start < T:")
+        fetch(3, "start")
+    if BC <= g.NT:   # the query rows' statistics loaded beside the tile (one latency, not two)
+        pre = ["    j = tid"] + ["    " + x for x in st]
+        if tiles:
+            g.emit(2, f"for c0 in range(start, T, {BC}):", *pre)
+            tiles[0].put(3, f"{QB} + d * {BC + P} + r", 0)
+            tiles[1].put(3, f"{GB} + d * {BC + P} + r", tiles[0].U)
+        else:
+            g.stream(2, "start", "T", "T", qg, pre)
+        g.emit(3, f"if tid < {BC}:", f"    sm[{lse_at('tid')}] = lse_",
+               f"    sm[{dl_at('tid')}] = dl_")
+    else:
+        g.stream(2, "start", "T", "T", qg)
+        g.emit(3, f"for j in range(tid, {BC}, {g.NT}):", *("    " + x for x in st),
+               f"    sm[{lse_at('j')}] = lse_", f"    sm[{dl_at('j')}] = dl_")
     g.emit(3, "cuda.syncthreads()")
-    g.prefetch(3, "T", "T", qg)
+    if tiles:
+        g.emit(3, f"if c0 + {BC} < T:")
+        fetch(4, f"(c0 + {BC})")
+    else:
+        g.prefetch(3, "T", "T", qg)
     g.mm_rows_cols(3, "s", KB, BR, QB, BC, "H")
-    g.mm_rows_cols(3, "p", VB, BR, GB, BC, "HV")
+    g.mm_rows_cols(3, "p", VB, VR - P, GB, BC, "HV")
     # P^T and dS^T tiles ([query][key]); masked (query before key) entries 0
-    g.emit(3, f"for j in range({NJ}):", f"    cj = {g.col('j')}", f"    lse_ = sm[{LB} + cj]",
-           f"    dl_ = sm[{LB + BC} + cj]", "    col = c0 + cj",
+    g.emit(3, f"for j in range({NJ}):", f"    cj = {g.col('j')}", f"    lse_ = sm[{lse_at('cj')}]",
+           f"    dl_ = sm[{dl_at('cj')}]", "    col = c0 + cj",
            f"    for i in range({MI}):", f"        r = {g.row('i')}",
            "        x = math.exp(s[i, j] * sc - lse_)",
-           "        if causal and col < row0 + r:", f"            x = {ct}(0)",
-           f"        sm[uint64({PB} + cj * {BR + P} + r)] = x",
-           f"        sm[uint64({DB} + cj * {BR + P} + r)] = x * (p[i, j] - dl_)")
+           "        if causal and col < row0 + r:", f"            x = {ct}(0)")
+    if g.vec and not g.sim and MI % 4 == 0:   # this thread's MI contiguous rows: float4 stores
+        g.emit(5, "s[i, j] = x", "p[i, j] = x * (p[i, j] - dl_)")
+        for i0 in range(0, MI, 4):
+            at = f"cj * {BR + P} + ty * {MI} + {i0}"
+            for base, arr in ((PB, "s"), (DB, "p")):
+                vals = ", ".join(f"{arr}[{i0 + i}, j]" for i in range(4))
+                g.emit(4, f"st4(sm, uint64({base} + {at}), {vals})")
+    else:
+        g.emit(5, f"sm[uint64({PB} + cj * {BR + P} + r)] = x",
+               f"sm[uint64({DB} + cj * {BR + P} + r)] = x * (p[i, j] - dl_)")
     g.emit(3, "cuda.syncthreads()")
     g.mm_scores_out(3, [("dv", PB, GB, BC), ("dk", DB, QB, BC)], f"min({BC}, T - c0)")
     if merged:
@@ -797,7 +963,7 @@ def source(mode, dtype, st_dtype, D, cfg, sim, opts, nh=0):
     {"fwd": lambda: _fwd2(g, False) if fwd2 else _fwd_like(g, False),
      "stats": lambda: _fwd_like(g, True),
      "fwdl": lambda: _fwd2(g, True) if fwd2 else _fwd_like(g, False, lse_out=True),
-     "delta": lambda: _fwd_like(g, True, lse_in=True),
+     "delta": lambda: _delta2(g) if fwd2 else _fwd_like(g, True, lse_in=True),
      "dq": lambda: _dq(g), "dkv": lambda: _dkv(g), "bwd": lambda: _dkv(g, merged=True),
      "dqsum": lambda: _dqsum(g, *dqsum_shape(nh, sim))}[mode]()
     return "\n".join(g.L).replace("OPTS", opts) + "\n"
