@@ -32,7 +32,9 @@ def graph_ms(fn):
         try:
             fn()                        # warm on the side stream
             torch.cuda.synchronize()
-            with torch.cuda.graph(g, stream=s):
+            # thread-local capture: a background loader or compile thread's CUDA call must
+            # not invalidate this capture (a cold-cache closing call lost it at op 2)
+            with torch.cuda.graph(g, stream=s, capture_error_mode="thread_local"):
                 for _ in range(REPS):
                     fn()
         finally:
