@@ -2,8 +2,9 @@
 
 sum/prod/max/min view the operand as (A outer, R reduced, B inner) with one stride each, read in
 place when the reduced axes are one run of dims (row, column and middle-axis reductions of any
-shape), and run the rows or cols kernels of reduce_kernels.py: narrow outputs split R into
-chunks across blocks and combine the partials with a second reduction (no atomics; the chunks
+shape), and run the rows or cols kernels of reduce_kernels.py (their 16-byte vector forms when
+the values are float32/float64 in aligned runs: _width): narrow outputs split R into chunks
+across blocks and combine the partials with a second reduction (no atomics; the chunks
 depend on the shape only, so equal inputs give bit-identical outputs).
 
 argmax/argmin view it as (K kept, R reduced) (copied to a contiguous layout first when the axes

@@ -1,6 +1,8 @@
 """Kernel sources of the sum/prod/max/min reductions over an (A, R, B) view (reduce R).
 
-Two kernels, both with a fixed combination order (bit-identical results run to run, no atomics):
+Two kernels, each in a scalar and a vector form (rows_vec_source / cols_vec_source: runs of 4
+float32 or 2 float64 read by one 16-byte load on a GPU), all with a fixed combination order
+(bit-identical results run to run, no atomics):
   rows: a group of L lanes (a warp on a GPU) per output item (a, b, chunk g of R); lanes stride
         over r with four independent accumulators (four loads in flight), then a butterfly of
         warp shuffles (a shared-memory tree in the simulator, which has no shuffles);
