@@ -37,7 +37,9 @@ def vector_load(n, align=None):
     return typer
 
 
-def _store_codegen(n):
+def vector_store(n, align=None):
+    """The typer of an intrinsic (x, i, a0, ..., a{n-1}): x[i + k] = a_k by one vector store,
+    declared `align` bytes aligned (default itemsize * n)."""
     def codegen(context, builder, sig, args):
         dt = sig.args[0].dtype
         ptr, vty = _ptr(context, builder, sig.args[0], args[0], args[1], n)
@@ -45,27 +47,24 @@ def _store_codegen(n):
         for i, (v, t) in enumerate(zip(args[2:], sig.args[2:])):
             vec = builder.insert_element(vec, context.cast(builder, v, t, dt), ir.IntType(32)(i))
         size = context.get_abi_sizeof(context.get_data_type(dt))
-        builder.store(vec, ptr, align=size * n)
+        builder.store(vec, ptr, align=align or size * n)
         return context.get_dummy_value()
-    return codegen
 
-
-def _store_ok(arr, idx):
-    return isinstance(arr, types.Array) and isinstance(idx, types.Integer)
-
-
-# (numba's intrinsics take no *args: one typer per width)
-def _st2(typingctx, arr, idx, a, b):
-    if _store_ok(arr, idx):
-        return types.none(arr, idx, a, b), _store_codegen(2)
-
-
-def _st4(typingctx, arr, idx, a, b, c, d):
-    if _store_ok(arr, idx):
-        return types.none(arr, idx, a, b, c, d), _store_codegen(4)
+    def ok(arr, idx):
+        return isinstance(arr, types.Array) and isinstance(idx, types.Integer)
+    # (numba's intrinsics take no *args: one typer per width)
+    if n == 2:
+        def typer(typingctx, arr, idx, a, b):
+            if ok(arr, idx):
+                return types.none(arr, idx, a, b), codegen
+    else:
+        def typer(typingctx, arr, idx, a, b, c, d):
+            if ok(arr, idx):
+                return types.none(arr, idx, a, b, c, d), codegen
+    return typer
 
 
 # ldv4(x, i) -> (x[i], ..., x[i + 3]); stv4(x, i, a, b, c, d): x[i:i + 4] = a, b, c, d. The
 # element address must be aligned to the access (itemsize * n bytes; at most 16)
 ldv2, ldv4 = intrinsic(vector_load(2)), intrinsic(vector_load(4))
-stv2, stv4 = intrinsic(_st2), intrinsic(_st4)
+stv2, stv4 = intrinsic(vector_store(2)), intrinsic(vector_store(4))
