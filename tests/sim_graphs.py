@@ -25,6 +25,7 @@ class SimGraphSet(graphs.GraphSet):
         self.last, self.varies, self.staging = [], [], {}
         self.sticky = np.zeros((16 * graphs.MAX_GRAPHS, 2), np.int64)
         self.counts = self.sticky[:, 0]
+        self.used = self.counts[:0]
         self.has_checks, self.rewired = False, None
         self.free_slots = list(range(graphs.MAX_GRAPHS))
         self.gemm_policy, self.gemm_ab, self.memo = "ordered", {}, None

@@ -91,7 +91,7 @@ class Plan:
                     g.memo.unhold()
                 self._own_donated(bufs)
             if all(b.is_contiguous() for b in bufs):
-                if g.has_checks and g.counts.any():
+                if g.failed():
                     g.check()
                 try:
                     return g(bufs, args)
@@ -279,7 +279,7 @@ class Plan:
             from .graphs import GraphSet
             self.graphs = GraphSet(self)
         if self.graphs is not None:
-            if self.graphs.has_checks and self.graphs.counts.any():
+            if self.graphs.failed():
                 self.graphs.check()
             try:
                 return self.graphs(bufs)

@@ -304,7 +304,7 @@ def replay(gs, args) -> list | None:
         if not _free_ok(gs, m, args):
             return None
         m.see(args)
-    if gs.has_checks and gs.counts.any():
+    if gs.failed():
         gs.check()
     held = m.held[t]
     fresh = held is None or not held.free(same_bufs)

@@ -148,7 +148,7 @@ def replay(gs, args, name=None) -> list | None:
         if not _free_ok(gs, m, args):
             return None
         m.see(fr)
-    if gs.has_checks and gs.counts.any():
+    if gs.failed():
         gs.check()
     t = m.last
     fresh = not m.held.free(same_bufs)
