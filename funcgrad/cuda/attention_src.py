@@ -348,7 +348,8 @@ class _Gen:
             a = "pa + uint64(c) * sa + uint64(i)" if rows else "pa + uint64(i) * sa + uint64(c)"
             out = [f"for k in range({OC}):", "    for c in range(4):",
                    "        b4[k, c] = sm[pb + uint64(k) * sb + uint64(c)]",
-                   f"for i in range({MI}):", "    for c in range(4):", f"        a4[i, c] = sm[{a}]"]
+                   f"for i in range({MI}):", "    for c in range(4):",
+                   f"        a4[i, c] = sm[{a}]"]
         else:
             out = [f"for k in range({OC}):",
                    "    b4[k, 0], b4[k, 1], b4[k, 2], b4[k, 3] = ld4(sm, pb + uint64(k) * sb)"]
@@ -363,7 +364,8 @@ class _Gen:
                 out += [f"for i in range({MI}):",
                         "    a4[i, 0], a4[i, 1], a4[i, 2], a4[i, 3] = ld4(sm, pa + uint64(i) * sa)"]
         return out + ["for c in range(4):", f"    for i in range({MI}):",
-                      f"        for k in range({OC}):", "            acc[i, k] += a4[i, c] * b4[k, c]",
+                      f"        for k in range({OC}):",
+                      "            acc[i, k] += a4[i, c] * b4[k, c]",
                       f"pa += {'sa * uint64(4)' if rows else 'uint64(4)'}", "pb += uint64(4)"]
 
     def group(self, ind, var, op):

@@ -330,7 +330,8 @@ def _delta2(g):
     if g.sim:
         g.emit(1, f"red = cuda.shared.array({NT}, {ct})")
     g.emit(1, "tid = cuda.threadIdx.x", f"ty = tid // {TX}", f"tx = tid - ty * {TX}",
-           f"xs = cuda.local.array(({MI}, {OC}), {ct})", f"ys = cuda.local.array(({MI}, {OC}), {ct})",
+           f"xs = cuda.local.array(({MI}, {OC}), {ct})",
+           f"ys = cuda.local.array(({MI}, {OC}), {ct})",
            f"ls = cuda.local.array({MI}, {ct})",
            "bn = cuda.blockIdx.x", "b = bn // N", "n = bn - b * N",
            f"row0 = cuda.blockIdx.y * {g.BR}", "ob_ = oo + b * os0 + n * os2",
