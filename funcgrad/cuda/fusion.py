@@ -38,6 +38,9 @@ VEC = int(os.environ.get("FUNCGRAD_FUSED_VEC", "4"))  # neighbouring elements a 
 #   (vec_width) ...
 VEC_MAX_EQNS = 64   # ... in flat clusters up to this size: AdamW's packs (W2: three parameters
 #   of a shape per kernel, 57 equations), whose one element a thread kept too few loads in flight
+VEC_EQNS_PER_OPERAND = 4   # ... while they stay memory-bound: AdamW's packs have ~2.5 equations
+#   an array read or written; a Threefry cluster (~70 equations on 9 arrays) computes, and its
+#   four copies took 4.2-4.5 s to lower against 0.65 s for one (numba's front end, dev VM)
 
 
 class FusedKernel:
@@ -260,8 +263,13 @@ def vec_width(c: Cluster, coords: bool = True) -> int:
     """Neighbouring elements a thread of c's kernel takes: the largest of VEC, 2, 1 dividing
     the last dim (coordinate kernels: the neighbours share every other coordinate), VEC for
     flat kernels (whatever their size); 1 for clusters over UNROLL_MAX_EQNS (flat ones:
-    VEC_MAX_EQNS), whose source would grow."""
-    if not c.shape or len(c.eqns) > (UNROLL_MAX_EQNS if coords else VEC_MAX_EQNS):
+    VEC_MAX_EQNS, or more than VEC_EQNS_PER_OPERAND equations an operand), whose source would
+    grow."""
+    n = len(c.eqns)
+    if not c.shape or n > (UNROLL_MAX_EQNS if coords else VEC_MAX_EQNS):
+        return 1
+    if not coords and n > UNROLL_MAX_EQNS and (
+            n > VEC_EQNS_PER_OPERAND * (len(external_inputs(c)) + len(c.outputs))):
         return 1
     if not coords:   # any size (the last group is partial): one source for every shape
         return VEC
