@@ -79,3 +79,38 @@ def test_aligned_needs_offset_and_size():
     assert not fusion.aligned(b.view((7,), (1,), b.offset + 1), 4, True)
     assert not fusion.aligned(from_host(np.zeros(8, np.float64)), 4, True)   # 32 bytes
     assert not fusion.aligned(from_host(np.zeros(8, np.bool_)), 4, True)
+
+
+def _fused_big(f, *args):
+    """The fused clusters over UNROLL_MAX_EQNS equations of f's plan (flat: no coordinates)."""
+    plan = funcgrad.jit(f).lower(*funcgrad.device_put(args, "cuda")).compile()
+    plan = getattr(plan, "plan", plan)
+    return [s for kind, s in plan.steps
+            if kind == "fused" and len(s.eqns) > fusion.UNROLL_MAX_EQNS]
+
+
+def test_wide_flat_clusters_take_neighbours_only_while_memory_bound(monkeypatch):
+    """AdamW-like packs (few equations an array) keep VEC neighbours a thread; a long chain of
+    math on one array (Threefry's shape of work) keeps one, so its source is not VEC copies."""
+    monkeypatch.setattr(fusion, "VEC", 4)
+    opt = funcgrad.optim.adam(1e-3)
+    params = {k: np.full((5, 8), 0.5, np.float32) for k in "abc"}
+
+    def step(p, g, s):
+        u, s = opt.update(g, s, p)
+        return funcgrad.optim.apply_updates(p, u), s
+
+    packs = _fused_big(step, params, params, opt.init(params))
+    assert packs and all(fusion.vec_width(c, coords=False) == 4 for c in packs)
+
+    def chain(x):
+        for _ in range(12):
+            x = fnp.sin(x) * 1.01 + 0.1
+        return x
+
+    long = _fused_big(chain, np.ones((5, 8), np.float32))
+    assert long and all(fusion.vec_width(c, coords=False) == 1 for c in long)
+    x = np.linspace(-1, 1, 40, dtype=np.float32).reshape(5, 8)
+    np.testing.assert_allclose(np.asarray(funcgrad.jit(chain)(funcgrad.device_put(x, "cuda"))),
+                               np.asarray(chain(funcgrad.device_put(x, "cpu"))),
+                               rtol=2e-6, atol=2e-6)
