@@ -87,21 +87,33 @@ def _fwd_like(g, stats, lse_out=False, lse_in=False):
         g.emit(2, "cuda.syncthreads()")
         g.mm_scores_out(2, [("o", KB, VB, BC)], f"min({BC}, lim - c0)")
         g.emit(2, "cuda.syncthreads()")
-    g.emit(1, f"for i in range({MI}):", "    li = l[i]")
-    g.group(2, "li", "sum")
-    g.emit(2, f"t = row0 + {g.row('i')}")
+    _row_sums(g, g.row("i"))
     if stats:
         g.emit(2, "if t < T and tx == 0:", "    sti = outo + ((b * N + n) * T + t) * 2",
                f"    ST[sti] = {g.st_out}(m[i] + math.log(li)) if li > 0 else {g.st_out}(NEG)",
                f"    ST[sti + 1] = {g.st_out}(dsum[i])")
         return
-    if lse_out:
+    _store_rows(g, "m[i]" if lse_out else None, f"tx + k * {TX}")
+
+
+def _row_sums(g, row):
+    """The epilogue's start: per query row i, its softmax sum li over the row's TX lanes and
+    its index t (row0 + `row`)."""
+    g.emit(1, f"for i in range({g.MI}):", "    li = l[i]")
+    g.group(2, "li", "sum")
+    g.emit(2, f"t = row0 + {row}")
+
+
+def _store_rows(g, lse, col):
+    """The forward's rows: the logsumexp `lse` + log(li) (when lse is given) and o / li, slot
+    k of a row holding output column `col`."""
+    if lse:
         g.emit(2, "if t < T and tx == 0:",
-               f"    La[uint64(lo + (b * N + n) * T + t)] = {g.out}(m[i] + math.log(li)) "
+               f"    La[uint64(lo + (b * N + n) * T + t)] = {g.out}({lse} + math.log(li)) "
                f"if li > 0 else {g.out}(NEG)")
-    g.emit(2, f"inv = {ct}(1) / li if li > 0 else {ct}(0)", "if t < T:",
-           "    ob = outo + ((b * T + t) * N + n) * HV", f"    for k in range({OC}):",
-           f"        e = tx + k * {TX}", "        if e < HV:",
+    g.emit(2, f"inv = {g.ct}(1) / li if li > 0 else {g.ct}(0)", "if t < T:",
+           "    ob = outo + ((b * T + t) * N + n) * HV", f"    for k in range({g.OC}):",
+           f"        e = {col}", "        if e < HV:",
            f"            O[uint64(ob + e)] = {g.out}(o[i, k] * inv)")
 
 
@@ -304,17 +316,9 @@ def _fwd2(g, lse_out):
                                 "        o[i, k] += av[i] * wv[k]", f"pa += uint64({BR + 4})",
                                 f"pb += uint64({D + 4})"])
     g.emit(2, "cuda.syncthreads()")
-    g.emit(1, f"for i in range({MI}):", "    li = l[i]")
-    g.group(2, "li", "sum")
-    g.emit(2, f"t = row0 + ty * {MI} + i")
-    if lse_out:
-        g.emit(2, "if t < T and tx == 0:",
-               f"    La[uint64(lo + (b * N + n) * T + t)] = {g.out}(m[i] * {ct}"
-               f"({math.log(2)!r}) + math.log(li)) if li > 0 else {g.out}(NEG)")
-    g.emit(2, f"inv = {ct}(1) / li if li > 0 else {ct}(0)", "if t < T:",
-           "    ob = outo + ((b * T + t) * N + n) * HV", f"    for k in range({OC}):",
-           f"        e = (k // {W}) * {W * TX} + tx * {W} + k % {W}", "        if e < HV:",
-           f"            O[uint64(ob + e)] = {g.out}(o[i, k] * inv)")
+    _row_sums(g, f"ty * {MI} + i")   # (the maxima m are base 2: ln 2 turns them back)
+    _store_rows(g, f"m[i] * {ct}({math.log(2)!r})" if lse_out else None,
+                f"(k // {W}) * {W * TX} + tx * {W} + k % {W}")
 
 
 def _delta2(g):

@@ -239,6 +239,18 @@ def source(kind, dtype, C, eps=None, W=4, V=1, prefetch=False, acc=False) -> str
                   else f"{out}({val(m)})")
         return [f"{I1}if act:"] + [I2 + f for f in first] + store("o", "oo + base", fn, I2)
 
+    def scale(center):
+        """xa centred on the row's mean when `center`; rs = 1 / sqrt(mean of squares + eps):
+        two passes over the row in registers, as the numpy impls."""
+        lines = []
+        if center:
+            lines += [f"{I1}mu = {ct}(0)"] + each(["mu += xa[m]"])
+            lines += _group_reduce(["mu"], "sum", L, not sim, I1) + [f"{I1}mu = mu * {inv_n}"]
+            lines += each([f"j = {jm}", f"xa[m] = xa[m] - mu if j < N else {ct}(0)"])
+        lines += [f"{I1}q = {ct}(0)"] + each(["q += xa[m] * xa[m]"])
+        lines += _group_reduce(["q"], "sum", L, not sim, I1)
+        return lines + [f"{I1}rs = {ct}(1) / math.sqrt(q * {inv_n} + {ct}({eps!r}))"]
+
     if kind in ("softmax", "log_softmax", "softmax_xent_bwd"):
         src += [f"{I1}mx = {neg}"] + each(["mx = mx if (mx > xa[m] or mx != mx) else xa[m]"])
         src += _group_reduce(["mx"], "max", L, not sim, I1)
@@ -254,14 +266,7 @@ def source(kind, dtype, C, eps=None, W=4, V=1, prefetch=False, acc=False) -> str
             src += finish(lambda m, e: f"xa[{m}] * q - (cv if j + {e} == lb else {ct}(0))",
                           ["q = cv / s"])
     elif kind in ("layer_norm", "rms_norm"):
-        # two passes over the row in registers, as the numpy impl: mean, then centred squares
-        if kind == "layer_norm":
-            src += [f"{I1}mu = {ct}(0)"] + each(["mu += xa[m]"])
-            src += _group_reduce(["mu"], "sum", L, not sim, I1) + [f"{I1}mu = mu * {inv_n}"]
-            src += each([f"j = {jm}", f"xa[m] = xa[m] - mu if j < N else {ct}(0)"])
-        src += [f"{I1}q = {ct}(0)"] + each(["q += xa[m] * xa[m]"])
-        src += _group_reduce(["q"], "sum", L, not sim, I1)
-        src += [f"{I1}rs = {ct}(1) / math.sqrt(q * {inv_n} + {ct}({eps!r}))"]
+        src += scale(kind == "layer_norm")
         src += finish(lambda m: f"xa[{m}] * rs * sa[{m}]"
                       + (f" + ba[{m}]" if kind == "layer_norm" else ""))
     elif kind in ("softmax_bwd", "log_softmax_bwd"):
@@ -274,14 +279,7 @@ def source(kind, dtype, C, eps=None, W=4, V=1, prefetch=False, acc=False) -> str
             src += finish(lambda m: f"ca[{m}] - math.exp(ya[{m}]) * s")
     elif k:
         center = kind == "layer_norm_bwd"
-        if center:
-            src += [f"{I1}mu = {ct}(0)"] + each(["mu += xa[m]"])
-            src += _group_reduce(["mu"], "sum", L, not sim, I1) + [f"{I1}mu = mu * {inv_n}"]
-            src += each([f"j = {jm}", f"xa[m] = xa[m] - mu if j < N else {ct}(0)"])
-        src += [f"{I1}q = {ct}(0)"] + each(["q += xa[m] * xa[m]"])
-        src += _group_reduce(["q"], "sum", L, not sim, I1)
-        src += [f"{I1}rs = {ct}(1) / math.sqrt(q * {inv_n} + {ct}({eps!r}))",
-                f"{I1}s1 = {ct}(0)", f"{I1}s2 = {ct}(0)"]
+        src += scale(center) + [f"{I1}s1 = {ct}(0)", f"{I1}s2 = {ct}(0)"]
         src += each(["xa[m] = xa[m] * rs", "g_ = ga[m] * sa[m]", "s1 += g_", "s2 += g_ * xa[m]",
                      "p[m] += ga[m] * xa[m]"] + ([f"p[m + {C}] += ga[m]"] if center else []))
         src += _group_reduce(["s1", "s2"] if center else ["s2"], "sum", L, not sim, I1)
