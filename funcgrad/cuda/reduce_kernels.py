@@ -58,41 +58,54 @@ def _accumulate(load, step, ind):
             f"{ind}    r += {step}"]
 
 
+def _rows_open(kind, acc, T, L, pre=""):
+    """The rows kernels' opening lines: groups of L lanes, a grid-stride loop over items."""
+    return [pre, _comb(kind, acc), f"\n@cuda.jit({runtime.jit_opts()})",
+            "def kernel(NI, G, B, R, CH, x, xo, sa, sb, sr, o, oo):",
+            f"    sh = cuda.shared.array({T}, {nbt(acc)})",
+            "    t = cuda.threadIdx.x", f"    grp = t // {L}", f"    lane = t - grp * {L}",
+            f"    it0 = cuda.blockIdx.x * {T // L}",
+            "    while it0 < NI:",
+            "        item = it0 + grp"]
+
+
+# item = (a * B + b) * G + g -> its run [r, r1) of the reduced axis and its start `base`
+_ROWS_ITEM = ["            ab = item // G", "            g = item - ab * G",
+              "            a = ab // B", "            b = ab - a * B",
+              "            r = g * CH", "            r1 = min(R, r + CH)",
+              "            base = xo + a * sa + b * sb"]
+
+
+def _rows_close(T, L, shfl, out):
+    """The rows kernels' closing lines: the L lanes' `acc` combined (all lanes get the same
+    value), lane 0 stores it, the loop advances."""
+    if shfl:    # butterfly inside the warp: every lane ends with the same combination
+        lines = [f"        off = {L // 2}", "        while off > 0:",
+                 "            acc = comb(acc, cuda.shfl_xor_sync(0xffffffff, acc, off))",
+                 "            off //= 2"]
+    else:       # shared-memory tree per group (barriers reached by every thread)
+        lines = ["        sh[t] = acc", "        cuda.syncthreads()", f"        s = {L // 2}",
+                 "        while s > 0:", "            if lane < s:",
+                 "                sh[t] = comb(sh[t], sh[t + s])", "            cuda.syncthreads()",
+                 "            s //= 2", "        acc = sh[t - lane]", "        cuda.syncthreads()"]
+    return lines + ["        if lane == 0 and item < NI:", f"            o[oo + item] = {out}(acc)",
+                    f"        it0 += cuda.gridDim.x * {T // L}"]
+
+
 def rows_source(kind, in_dtype, acc, out_dtype, T, L, shfl) -> str:
     """kernel(NI, G, B, R, CH, x, xo, sa, sb, sr, o, oo): item = (a * B + b) * G + g."""
-    ct, idn, out = nbt(acc), ident(kind, acc), nbt(out_dtype)
-    gpb = T // L
+    ct, idn = nbt(acc), ident(kind, acc)
 
     def load(r):
         return f"{ct}({compute_t(in_dtype)}(x[base + ({r}) * sr]))"
 
-    L_ = [_comb(kind, acc), f"\n@cuda.jit({runtime.jit_opts()})",
-          "def kernel(NI, G, B, R, CH, x, xo, sa, sb, sr, o, oo):",
-          f"    sh = cuda.shared.array({T}, {ct})",
-          "    t = cuda.threadIdx.x", f"    grp = t // {L}", f"    lane = t - grp * {L}",
-          f"    it0 = cuda.blockIdx.x * {gpb}",
-          "    while it0 < NI:",
-          "        item = it0 + grp",
-          f"        a0 = {idn}", f"        a1 = {idn}", f"        a2 = {idn}", f"        a3 = {idn}",
-          "        if item < NI:",
-          "            ab = item // G", "            g = item - ab * G",
-          "            a = ab // B", "            b = ab - a * B",
-          "            r = g * CH", "            r1 = min(R, r + CH)", "            r += lane",
-          "            base = xo + a * sa + b * sb"]
+    L_ = _rows_open(kind, acc, T, L)
+    L_ += [f"        a{e} = {idn}" for e in range(4)]
+    L_ += ["        if item < NI:"] + _ROWS_ITEM + ["            r += lane"]
     L_ += _accumulate(load, L, "            ")
     L_ += ["        acc = comb(comb(a0, a1), comb(a2, a3))"]
-    if shfl:    # butterfly inside the warp: every lane ends with the same combination
-        L_ += [f"        off = {L // 2}", "        while off > 0:",
-               "            v = cuda.shfl_xor_sync(0xffffffff, acc, off)",
-               "            acc = comb(acc, v)", "            off //= 2"]
-    else:       # shared-memory tree per group (barriers reached by every thread)
-        L_ += ["        sh[t] = acc", "        cuda.syncthreads()", f"        s = {L // 2}",
-               "        while s > 0:", "            if lane < s:",
-               "                sh[t] = comb(sh[t], sh[t + s])", "            cuda.syncthreads()",
-               "            s //= 2", "        acc = sh[t - lane]", "        cuda.syncthreads()"]
-    L_ += ["        if lane == 0 and item < NI:", f"            o[oo + item] = {out}(acc)",
-           f"        it0 += cuda.gridDim.x * {gpb}"]
-    return "\n".join(L_) + "\n"
+    L_ += _rows_close(T, L, shfl, nbt(out_dtype))
+    return "\n".join(x for x in L_ if x) + "\n"
 
 
 def cols_source(kind, in_dtype, acc, out_dtype, BX, BY) -> str:
@@ -139,25 +152,15 @@ def rows_vec_source(kind, in_dtype, acc, out_dtype, T, L, V, U, shfl, flat) -> s
     load each on a GPU), with V accumulators. R and CH must be multiples of V and every row
     start (xo + a * sa + b * sb) V-aligned. `flat` (G == B == 1): an item is a row a, and
     the kernel divides nothing (64-bit divisions cost ~0.7 us of a 3 us row sum)."""
-    ct, idn, out = nbt(acc), ident(kind, acc), nbt(out_dtype)
-    gpb, VL, vec = T // L, V * L, not runtime.SIM
-    L_ = [f"from funcgrad.cuda.vecmem import ldv{V}\n" if vec else "", _comb(kind, acc),
-          f"\n@cuda.jit({runtime.jit_opts()})",
-          "def kernel(NI, G, B, R, CH, x, xo, sa, sb, sr, o, oo):",
-          f"    sh = cuda.shared.array({T}, {ct})",
-          "    t = cuda.threadIdx.x", f"    grp = t // {L}", f"    lane = t - grp * {L}",
-          f"    it0 = cuda.blockIdx.x * {gpb}",
-          "    while it0 < NI:",
-          "        item = it0 + grp"]
+    ct, idn = nbt(acc), ident(kind, acc)
+    VL, vec = V * L, not runtime.SIM
+    L_ = _rows_open(kind, acc, T, L, f"from funcgrad.cuda.vecmem import ldv{V}\n" if vec else "")
     L_ += [f"        a{e} = {idn}" for e in range(V)]
     L_ += ["        if item < NI:"]
     if flat:
         L_ += ["            r = 0", "            r1 = R", "            base = xo + item * sa"]
     else:
-        L_ += ["            ab = item // G", "            g = item - ab * G",
-               "            a = ab // B", "            b = ab - a * B",
-               "            r = g * CH", "            r1 = min(R, r + CH)",
-               "            base = xo + a * sa + b * sb"]
+        L_ += _ROWS_ITEM
     L_ += [f"            r += lane * {V}", "            while r < r1:"]
     for k in range(U):   # U runs in flight: the loads do not wait for each other's sums
         L_ += [f"                if r + {k * VL} < r1:"]
@@ -167,18 +170,7 @@ def rows_vec_source(kind, in_dtype, acc, out_dtype, T, L, V, U, shfl, flat) -> s
     tree = [f"a{e}" for e in range(V)]
     while len(tree) > 1:   # (a0 . a1) . (a2 . a3): a fixed order
         tree = [f"comb({tree[i]}, {tree[i + 1]})" for i in range(0, len(tree), 2)]
-    L_ += [f"        acc = {tree[0]}"]
-    if shfl:
-        L_ += [f"        off = {L // 2}", "        while off > 0:",
-               "            acc = comb(acc, cuda.shfl_xor_sync(0xffffffff, acc, off))",
-               "            off //= 2"]
-    else:
-        L_ += ["        sh[t] = acc", "        cuda.syncthreads()", f"        s = {L // 2}",
-               "        while s > 0:", "            if lane < s:",
-               "                sh[t] = comb(sh[t], sh[t + s])", "            cuda.syncthreads()",
-               "            s //= 2", "        acc = sh[t - lane]", "        cuda.syncthreads()"]
-    L_ += ["        if lane == 0 and item < NI:", f"            o[oo + item] = {out}(acc)",
-           f"        it0 += cuda.gridDim.x * {gpb}"]
+    L_ += [f"        acc = {tree[0]}"] + _rows_close(T, L, shfl, nbt(out_dtype))
     return "\n".join(x for x in L_ if x) + "\n"
 
 
