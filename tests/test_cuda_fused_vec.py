@@ -81,27 +81,31 @@ def test_aligned_needs_offset_and_size():
     assert not fusion.aligned(from_host(np.zeros(8, np.bool_)), 4, True)
 
 
-def _fused_big(f, *args):
-    """The fused clusters over UNROLL_MAX_EQNS equations of f's plan (flat: no coordinates)."""
+def _fused_big(f, *args, least=None):
+    """The fused clusters over `least` (UNROLL_MAX_EQNS) equations of f's plan."""
     plan = funcgrad.jit(f).lower(*funcgrad.device_put(args, "cuda")).compile()
     plan = getattr(plan, "plan", plan)
     return [s for kind, s in plan.steps
-            if kind == "fused" and len(s.eqns) > fusion.UNROLL_MAX_EQNS]
+            if kind == "fused" and len(s.eqns) > (least or fusion.UNROLL_MAX_EQNS)]
 
 
 def test_wide_flat_clusters_take_neighbours_only_while_memory_bound(monkeypatch):
-    """AdamW-like packs (few equations an array) keep VEC neighbours a thread; a long chain of
+    """AdamW-like packs (few equations an array) take neighbours: VEC for one parameter's
+    update, 2 for a pack of three (over VEC_WIDE_OPERANDS arrays: registers); a long chain of
     math on one array (Threefry's shape of work) keeps one, so its source is not VEC copies."""
     monkeypatch.setattr(fusion, "VEC", 4)
     opt = funcgrad.optim.adam(1e-3)
-    params = {k: np.full((5, 8), 0.5, np.float32) for k in "abc"}
 
     def step(p, g, s):
         u, s = opt.update(g, s, p)
         return funcgrad.optim.apply_updates(p, u), s
 
-    packs = _fused_big(step, params, params, opt.init(params))
-    assert packs and all(fusion.vec_width(c, coords=False) == 4 for c in packs)
+    for names, want in (("a", 4), ("abc", 2)):
+        params = {k: np.full((5, 8), 0.5, np.float32) for k in names}
+        packs = _fused_big(step, params, params, opt.init(params), least=12)
+        ops = [len(fusion.external_inputs(c)) + len(c.outputs) for c in packs]
+        assert packs and all((n > fusion.VEC_WIDE_OPERANDS) == (want == 2) for n in ops), ops
+        assert all(fusion.vec_width(c, coords=False) == want for c in packs), (names, ops)
 
     def chain(x):
         for _ in range(12):

@@ -41,6 +41,10 @@ VEC_MAX_EQNS = 64   # ... in flat clusters up to this size: AdamW's packs (W2: t
 VEC_EQNS_PER_OPERAND = 4   # ... while they stay memory-bound: AdamW's packs have ~2.5 equations
 #   an array read or written; a Threefry cluster (~70 equations on 9 arrays) computes, and its
 #   four copies took 4.2-4.5 s to lower against 0.65 s for one (numba's front end, dev VM)
+VEC_WIDE_OPERANDS = 16   # clusters with more arrays read or written take at most 2 neighbours:
+#   a pack of three AdamW updates (12 arrays in, 9 out) of [384, 1536] took 14.4 us with 4
+#   (3.4 TB/s), 11.5 with 2 (4.3 TB/s) and 18.3 with 1; one update (8 arrays) 4.9 / 4.8 / 7.1;
+#   three of [384] 3.65 / 2.88 / 2.78 (H200, 2026-11-25, CUPTI medians of 20 replays)
 
 
 class FusedKernel:
@@ -262,18 +266,19 @@ def needs_coords(c: Cluster, modes) -> bool:
 def vec_width(c: Cluster, coords: bool = True) -> int:
     """Neighbouring elements a thread of c's kernel takes: the largest of VEC, 2, 1 dividing
     the last dim (coordinate kernels: the neighbours share every other coordinate), VEC for
-    flat kernels (whatever their size); 1 for clusters over UNROLL_MAX_EQNS (flat ones:
-    VEC_MAX_EQNS, or more than VEC_EQNS_PER_OPERAND equations an operand), whose source would
-    grow."""
+    flat kernels (whatever their size); at most 2 for clusters of over VEC_WIDE_OPERANDS arrays;
+    1 for clusters over UNROLL_MAX_EQNS (flat ones: VEC_MAX_EQNS, or more than
+    VEC_EQNS_PER_OPERAND equations an operand), whose source would grow."""
     n = len(c.eqns)
     if not c.shape or n > (UNROLL_MAX_EQNS if coords else VEC_MAX_EQNS):
         return 1
-    if not coords and n > UNROLL_MAX_EQNS and (
-            n > VEC_EQNS_PER_OPERAND * (len(external_inputs(c)) + len(c.outputs))):
+    ops = len(external_inputs(c)) + len(c.outputs)
+    if not coords and n > UNROLL_MAX_EQNS and n > VEC_EQNS_PER_OPERAND * ops:
         return 1
+    top = min(VEC, 2) if ops > VEC_WIDE_OPERANDS else VEC   # registers: see VEC_WIDE_OPERANDS
     if not coords:   # any size (the last group is partial): one source for every shape
-        return VEC
-    return next(v for v in (VEC, 2, 1) if v <= VEC and c.shape[-1] % v == 0)
+        return top
+    return next(v for v in (top, 2, 1) if v <= top and c.shape[-1] % v == 0)
 
 
 def aligned(buf, v: int, sim: bool) -> bool:
