@@ -96,12 +96,12 @@ def _fwd_like(g, stats, lse_out=False, lse_in=False):
     _store_rows(g, "m[i]" if lse_out else None, f"tx + k * {TX}")
 
 
-def _row_sums(g, row):
+def _row_sums(g, row, base="row0"):
     """The epilogue's start: per query row i, its softmax sum li over the row's TX lanes and
-    its index t (row0 + `row`)."""
+    its index t (`base` + `row`)."""
     g.emit(1, f"for i in range({g.MI}):", "    li = l[i]")
     g.group(2, "li", "sum")
-    g.emit(2, f"t = row0 + {row}")
+    g.emit(2, f"t = {base} + {row}")
 
 
 def _store_rows(g, lse, col):
@@ -180,6 +180,19 @@ class _Tile:
                f"    x = {ct}({op.upper()}a[uint64({op}b_ + rr * {op}s1 + d * {op}s3)])",
                f"xl[{xo} + u] = x")
 
+    def fetch_rows(self, ind, rowexpr, limit, op, width, xo):
+        """xl[xo + u] = op[b, rowexpr, head, d] (0 outside [0, limit) x [0, width)): rows
+        through an expression of the tile row r (not split: once per block)."""
+        g, ct = self.g, self.g.ct
+        tail = self.total % g.NT != 0
+        g.emit(ind, f"for u in range({self.U}):")
+        self.rd(ind + 1)
+        g.emit(ind + 1, f"rr = {rowexpr}", f"x = {ct}(0)",
+               f"if {f'tid + {g.NT} * u < {self.total} and ' if tail else ''}rr < {limit} "
+               f"and d < {width}:",
+               f"    x = {ct}({op.upper()}a[uint64({op}b_ + rr * {op}s1 + d * {op}s3)])",
+               f"xl[{xo} + u] = x")
+
     def fetch_gray(self, ind, r0, limit, op, width, xo):
         """fetch of a split map: elements in Gray-code order of u, so each index is the last
         one plus or minus one stride step (the map's r and d at one bit of u, constants after
@@ -240,7 +253,15 @@ def _fwd2(g, lse_out):
     (Q^T, K^T and P^T stored [k][row], V row-major), conflict-free and broadcast within a warp:
     (MI + NJ) / 4 shared loads for MI NJ FMAs where VEC 0 needs MI + NJ. The softmax works in
     base 2 (log2 e folded into the scale: one FFMA and one ex2 a score); masks are one compare
-    per score; K / V tiles are prefetched into registers (PF) while the current one is used."""
+    per score; K / V tiles are prefetched into registers (PF) while the current one is used.
+    Causal balance (_zigzag_rows): a block holds two half tiles, one from each end, so every
+    block streams the same number of key rows; a warp with no visible key in a tile skips its
+    products. All 384 blocks of W2 are resident at once (3 an SM), so an SM's time was the
+    sum of its blocks' tiles: heaviest-first row tiles left SMs between 58k and 99k active
+    cycles (Nsight Compute). H200, 2026-11-25, W2 fwdl, same call: 50.2 -> 46.4 us (163 ->
+    155 registers; bit-identical results); the skip alone (row tiles as before) 53.0, the
+    zigzag without it 55.1, light tiles dispatched first 47.6 (the dispatcher's SM order:
+    luck, not a rule)."""
     D, BR, BC, MI, NJ, OC, TX, ct = g.D, g.BR, g.BC, g.MI, g.NJ, g.OC, g.TX, g.ct
     W = 4 if OC % 4 == 0 else 2 if OC % 2 == 0 else 1
     QB, KB = 0, D * (BR + 4)
@@ -249,14 +270,26 @@ def _fwd2(g, lse_out):
     g.header(["q", "k", "v"], ", La, lo" if lse_out else "", "O")
     for name, shape in (("s", (MI, NJ)), ("m", (MI,)), ("l", (MI,)), ("o", (MI, OC))):
         g.local(name, *shape)
-    _query_rows(g)
+    H2 = BR // 2
+    zz = BR % (2 * MI) == 0   # a thread's rows in one half tile: the zigzag row tiles
+    if zz:
+        _zigzag_rows(g)
+    else:
+        _query_rows(g)
     tq, tk, tv = _Tile(g, "q", BR, True), _Tile(g, "k", BC, True), _Tile(g, "v", BC, False)
     for t in (tq, tk, tv):
         t.prologue(1)
+    # the last row of this thread's warp (rows ascend within a warp, the upper half's above)
+    last = f"(min(tid | 31, {g.NT - 1}) // {TX}) * {MI} + {MI - 1}"
+    g.emit(1, f"wr_ = {last}", f"wl_ = wr_ + (rhi_ if wr_ >= {H2} else rlo_)" if zz else
+           "wl_ = row0 + wr_")
     g.emit(1, f"c2 = {ct}(scale_ * {1 / math.log(2)!r})",
            "qb_ = qo + b * qs0 + n * qs2", "kb_ = ko + b * ks0 + kh * ks2",
            "vb_ = vo + b * vs0 + kh * vs2")
-    tq.fetch(1, "row0", "T", "q", "n", "H", QB, 0)
+    if zz:
+        tq.fetch_rows(1, f"r + (rhi_ if r >= {H2} else rlo_)", "T", "q", "H", 0)
+    else:
+        tq.fetch(1, "row0", "T", "q", "n", "H", QB, 0)
     tq.put(1, f"{QB} + d * {BR + 4} + r", 0)
     g.emit(1, f"for i in range({MI}):", "    m[i] = NEG", f"    l[i] = {ct}(0)")
     _zero(g, 1, "o", MI, OC)
@@ -277,14 +310,22 @@ def _fwd2(g, lse_out):
     if g.PF:
         g.emit(2, f"if c0 + {BC} < lim:")
         fetch(3, f"(c0 + {BC})")
+    # a warp whose rows all lie above this key tile's first column (causal) has nothing to
+    # add: its products run no steps (its scores stay masked: the softmax leaves m, l and o
+    # as they were, bit for bit). Trip counts, not an if: the simulator's row reductions
+    # synchronise the block inside the softmax, which every thread must reach
+    g.emit(2, "act_ = not causal or c0 <= wl_", f"nq_ = {-(-D // g.UK)} if act_ else 0",
+           f"np_ = {-(-BC // g.UK)} if act_ else 0")
     # S = Q K^T: MI rows x NJ columns a thread, both read as vectors at every k
     _zero(g, 2, "s", MI, NJ)
     g.emit(2, f"pa = uint64({QB} + ty * {MI})", f"pb = uint64({KB} + tx * {NJ})")
     g.kloop(2, "kk", D, g.vloads("av", MI, "pa") + g.vloads("bv", NJ, "pb") + [
         f"for i in range({MI}):", f"    for j in range({NJ}):",
         "        s[i, j] += av[i] * bv[j]", f"pa += uint64({BR + 4})", f"pb += uint64({BC + 4})"])
+    _loop_count(g, "kk", -(-D // g.UK), "nq_")
     # online softmax in base 2; masked scores -inf
-    g.emit(2, f"for i in range({MI}):", f"    row = row0 + ty * {MI} + i",
+    row = "rb_ + i" if zz else f"row0 + ty * {MI} + i"
+    g.emit(2, f"for i in range({MI}):", f"    row = {row}",
            "    cl = min(S, row + 1) if causal else S", "    mx = NEG",
            f"    for j in range({NJ}):", "        x = s[i, j] * c2",
            f"        if c0 + tx * {NJ} + j >= cl:", "            x = NEG", "        s[i, j] = x",
@@ -315,10 +356,37 @@ def _fwd2(g, lse_out):
     g.kloop(2, "c", BC, body + [f"for i in range({MI}):", f"    for k in range({OC}):",
                                 "        o[i, k] += av[i] * wv[k]", f"pa += uint64({BR + 4})",
                                 f"pb += uint64({D + 4})"])
+    _loop_count(g, "c", -(-BC // g.UK), "np_")
     g.emit(2, "cuda.syncthreads()")
-    _row_sums(g, f"ty * {MI} + i")   # (the maxima m are base 2: ln 2 turns them back)
+    if zz:   # (the maxima m are base 2: ln 2 turns them back)
+        _row_sums(g, "i", "rb_")
+    else:
+        _row_sums(g, f"ty * {MI} + i")
     _store_rows(g, f"m[i] * {ct}({math.log(2)!r})" if lse_out else None,
                 f"(k // {W}) * {W * TX} + tx * {W} + k % {W}")
+
+
+def _loop_count(g, var, n, count):
+    """The last loop `for var in range(n):` emitted gets the trip count `count`."""
+    for at in range(len(g.L) - 1, -1, -1):
+        if g.L[at].strip() == f"for {var} in range({n}):":
+            g.L[at] = g.L[at].replace(f"range({n})", f"range({count})")
+            return
+    raise AssertionError(f"no loop over {var}")
+
+
+def _zigzag_rows(g):
+    """The VEC 2 forward's row tiles (causal balance): block y of the ny row tiles holds the
+    half tiles (BR / 2 rows) y and 2 ny - 1 - y, so every block has the same causal work
+    (y + 1 + 2 ny - y key half tiles), whatever SM the hardware puts it on. Tile rows
+    r < BR / 2 are rows rlo_ + r, the others rhi_ + r; this thread's rows are rb_ + i; the
+    block streams keys up to its upper half's last row."""
+    H2, MI = g.BR // 2, g.MI
+    g.emit(1, "bn = cuda.blockIdx.x", "b = bn // N", "n = bn - b * N", "kh = n // G",
+           "ny_ = cuda.gridDim.y", "a_ = cuda.blockIdx.y", f"rlo_ = a_ * {H2}",
+           f"rhi_ = (2 * ny_ - 2 - a_) * {H2}",
+           f"lim = min(S, (2 * ny_ - a_) * {H2}) if causal else S",
+           f"lr_ = ty * {MI}", f"rb_ = lr_ + (rhi_ if lr_ >= {H2} else rlo_)")
 
 
 def _delta2(g):
