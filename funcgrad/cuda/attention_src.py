@@ -39,7 +39,8 @@ softmax runs in base 2 with log2(e) folded into the scale. H200, 2026-11-25, W2 
 causal), fwdl: 49.9 us at (64, 32, 16, 8, 2, 8, 1, 0, 4) (163 registers, 3 blocks an SM)
 against 72.0 us for VEC 0's (64, 32, 32, 8, 0, 8, 1) in the same process. Causal rows are
 balanced across blocks (zigzag: a block holds half tiles y and 2 ny - 1 - y; _fwd2's
-docstring): 50.2 -> 46.4 us in one process (155 registers).
+docstring): 50.2 -> 46.4 us in one process (155 registers); with both products' next
+operands loaded a step ahead, 44.8 us (161 registers).
 
 The merged backward's VEC layouts (cb) run its three score-tile products (dV += P^T dO,
 dK += dS^T Q, dQ partial = dS K) four reduction steps at a time (mm_ci / mm_cc): both operands
@@ -99,8 +100,9 @@ def smem_words(mode, D, BR, BC, pad=1):
 
 
 def fwd2_words(D, BR, BC):
-    """Shared-memory words of the VEC 2 forward: Q^T, K^T, V (row-major) and P^T tiles."""
-    return D * (BR + 4) + D * (BC + 4) + BC * (D + 4) + BC * (BR + 4)
+    """Shared-memory words of the VEC 2 forward: Q^T, K^T, V (row-major) and P^T tiles (one
+    spare row: the P V loop loads a row ahead)."""
+    return D * (BR + 4) + D * (BC + 4) + BC * (D + 4) + (BC + 1) * (BR + 4)
 
 
 def bwd_words(D, BR, BC):

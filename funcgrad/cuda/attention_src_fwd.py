@@ -261,7 +261,9 @@ def _fwd2(g, lse_out):
     cycles (Nsight Compute). H200, 2026-11-25, W2 fwdl, same call: 50.2 -> 46.4 us (163 ->
     155 registers; bit-identical results); the skip alone (row tiles as before) 53.0, the
     zigzag without it 55.1, light tiles dispatched first 47.6 (the dispatcher's SM order:
-    luck, not a rule)."""
+    luck, not a rule). Both products load the next k-step's operands before this step's
+    FMAs (software pipelining by hand: 155 -> 161 registers, still 3 blocks an SM): 46.0 ->
+    44.8 us (same call; UK 8 53.1 -> 53.7, UK 2 49.9 -> 48.3)."""
     D, BR, BC, MI, NJ, OC, TX, ct = g.D, g.BR, g.BC, g.MI, g.NJ, g.OC, g.TX, g.ct
     W = 4 if OC % 4 == 0 else 2 if OC % 2 == 0 else 1
     QB, KB = 0, D * (BR + 4)
@@ -270,6 +272,8 @@ def _fwd2(g, lse_out):
     g.header(["q", "k", "v"], ", La, lo" if lse_out else "", "O")
     for name, shape in (("s", (MI, NJ)), ("m", (MI,)), ("l", (MI,)), ("o", (MI, OC))):
         g.local(name, *shape)
+    for name, n in (("an_", MI), ("bn_", NJ), ("wn_", OC)):
+        g.local(name, n)
     H2 = BR // 2
     zz = BR % (2 * MI) == 0   # a thread's rows in one half tile: the zigzag row tiles
     if zz:
@@ -319,9 +323,15 @@ def _fwd2(g, lse_out):
     # S = Q K^T: MI rows x NJ columns a thread, both read as vectors at every k
     _zero(g, 2, "s", MI, NJ)
     g.emit(2, f"pa = uint64({QB} + ty * {MI})", f"pb = uint64({KB} + tx * {NJ})")
-    g.kloop(2, "kk", D, g.vloads("av", MI, "pa") + g.vloads("bv", NJ, "pb") + [
-        f"for i in range({MI}):", f"    for j in range({NJ}):",
-        "        s[i, j] += av[i] * bv[j]", f"pa += uint64({BR + 4})", f"pb += uint64({BC + 4})"])
+    # both products load the next step's operands (an_, bn_, wn_) before this step's FMAs:
+    # the loads of a loop iteration's first step no longer wait at its top; the last step
+    # reads one row past each tile (the next region, or P^T's spare row: fwd2_words)
+    g.emit(2, *g.vloads("av", MI, "pa"), *g.vloads("bv", NJ, "pb"))
+    g.kloop(2, "kk", D, [f"pa += uint64({BR + 4})", f"pb += uint64({BC + 4})"] +
+            g.vloads("an_", MI, "pa") + g.vloads("bn_", NJ, "pb") + [
+                f"for i in range({MI}):", f"    for j in range({NJ}):",
+                "        s[i, j] += av[i] * bv[j]", f"for i in range({MI}):",
+                "    av[i] = an_[i]", f"for j in range({NJ}):", "    bv[j] = bn_[j]"])
     _loop_count(g, "kk", -(-D // g.UK), "nq_")
     # online softmax in base 2; masked scores -inf
     row = "rb_ + i" if zz else f"row0 + ty * {MI} + i"
@@ -348,14 +358,19 @@ def _fwd2(g, lse_out):
     g.emit(2, "cuda.syncthreads()")
     # O += P V: MI rows of P^T and OC columns of V (W-wide groups) a key
     g.emit(2, f"pa = uint64({PB} + ty * {MI})", f"pb = uint64({VB} + tx * {W})")
-    body = g.vloads("av", MI, "pa")
-    for k0 in range(0, OC, W):
-        off = (k0 // W) * W * TX
-        ptr = f"pb + uint64({off})" if off else "pb"
-        body += [x.replace("wv[", f"wv[{k0} + ") for x in g.vloads("wv", W, ptr)]
-    g.kloop(2, "c", BC, body + [f"for i in range({MI}):", f"    for k in range({OC}):",
-                                "        o[i, k] += av[i] * wv[k]", f"pa += uint64({BR + 4})",
-                                f"pb += uint64({D + 4})"])
+    def pv_loads(a, w):
+        out = g.vloads(a, MI, "pa")
+        for k0 in range(0, OC, W):
+            off = (k0 // W) * W * TX
+            ptr = f"pb + uint64({off})" if off else "pb"
+            out += [x.replace(f"{w}[", f"{w}[{k0} + ") for x in g.vloads(w, W, ptr)]
+        return out
+    g.emit(2, *pv_loads("av", "wv"))
+    g.kloop(2, "c", BC, [f"pa += uint64({BR + 4})", f"pb += uint64({D + 4})"] +
+            pv_loads("an_", "wn_") + [
+                f"for i in range({MI}):", f"    for k in range({OC}):",
+                "        o[i, k] += av[i] * wv[k]", f"for i in range({MI}):",
+                "    av[i] = an_[i]", f"for k in range({OC}):", "    wv[k] = wn_[k]"])
     _loop_count(g, "c", -(-BC // g.UK), "np_")
     g.emit(2, "cuda.syncthreads()")
     if zz:   # (the maxima m are base 2: ln 2 turns them back)
