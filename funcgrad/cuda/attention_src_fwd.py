@@ -263,7 +263,13 @@ def _fwd2(g, lse_out):
     zigzag without it 55.1, light tiles dispatched first 47.6 (the dispatcher's SM order:
     luck, not a rule). Both products load the next k-step's operands before this step's
     FMAs (software pipelining by hand: 155 -> 161 registers, still 3 blocks an SM): 46.0 ->
-    44.8 us (same call; UK 8 53.1 -> 53.7, UK 2 49.9 -> 48.3)."""
+    44.8 us (same call; UK 8 53.1 -> 53.7, UK 2 49.9 -> 48.3). Whole K / V tiles of the usual
+    layouts (_fetch_whole) load without bounds through one array view a thread made at the
+    start: the prefetch of a tile took 294 instructions a thread (64-bit indices, the array
+    pointer reloaded, two compares an element) and takes 104 (SASS; 161 -> 165 registers):
+    45.2 -> 44.0 us in one process, 45.2 / 45.1 -> 43.8 / 43.8 in alternated processes, results
+    bit-identical on W2 and 5 other shapes (H200, 2026-11-25); a view sliced at each tile
+    instead (127 instructions) took 49.1 us (126 registers: ptxas scheduled it otherwise)."""
     D, BR, BC, MI, NJ, OC, TX, ct = g.D, g.BR, g.BC, g.MI, g.NJ, g.OC, g.TX, g.ct
     W = 4 if OC % 4 == 0 else 2 if OC % 2 == 0 else 1
     QB, KB = 0, D * (BR + 4)
@@ -298,8 +304,23 @@ def _fwd2(g, lse_out):
     g.emit(1, f"for i in range({MI}):", "    m[i] = NEG", f"    l[i] = {ct}(0)")
     _zero(g, 1, "o", MI, OC)
     XV = tk.U
+    # whole K / V tiles (fk_: unit dim strides, every dim a head's, row strides < 2^32): each
+    # element an unguarded load at a constant multiple of the row stride past the thread's
+    # array view (_fetch_whole); partial tiles and other layouts take the guarded Gray fetch
+    whole = all(t.split and t.total % g.NT == 0 for t in (tk, tv))
+    if whole:
+        g.emit(1, f"fk_ = ks3 == 1 and vs3 == 1 and H >= {D} and HV >= {D} and "
+               "0 <= ks1 < 4294967296 and 0 <= vs1 < 4294967296",
+               "k1_ = uint64(uint32(ks1))", "v1_ = uint64(uint32(vs1))",
+               "kt_ = Ka[kb_ + r_k * ks1 + d_k:]", "vt_ = Va[vb_ + r_v * vs1 + d_v:]")
 
     def fetch(ind, r0):
+        if whole:
+            g.emit(ind, f"if fk_ and {r0} + {BC} <= S:")
+            _fetch_whole(tk, ind + 1, r0, "k", 0)
+            _fetch_whole(tv, ind + 1, r0, "v", XV)
+            g.emit(ind, "else:")
+            ind += 1
         tk.fetch(ind, r0, "S", "k", "kh", "H", KB, 0)
         tv.fetch(ind, r0, "S", "v", "kh", "HV", VB, XV)
     if g.PF:
@@ -379,6 +400,20 @@ def _fwd2(g, lse_out):
         _row_sums(g, f"ty * {MI} + i")
     _store_rows(g, f"m[i] * {ct}({math.log(2)!r})" if lse_out else None,
                 f"(k // {W}) * {W * TX} + tx * {W} + k % {W}")
+
+
+def _fetch_whole(t, ind, r0, op, xo):
+    """xl[xo + u] = op[b, r0 + r, head, d] of a whole tile t (split map, unit dim stride):
+    element u at (r0 + r_u) op1_ + d_u words of the thread's array view <op>t_ (sliced once, at
+    its first element of tile 0; r_u, d_u constants of the map, op1_ the row stride, below
+    2^32): no bounds, no array pointer reloaded, one 64-bit add an address."""
+    g = t.g
+    g.emit(ind, f"{op}r_ = {op}1_ * uint64({r0})")
+    for u in range(t.U):
+        r, d = t.f(g.NT * u)
+        at = " + ".join([f"{op}r_"] + [f"{op}1_ * uint64({r})"] * bool(r) +
+                        [f"uint64({d})"] * bool(d))
+        g.emit(ind, f"xl[{xo + u}] = {g.ct}({op}t_[{at or 'uint64(0)'}])")
 
 
 def _loop_count(g, var, n, count):
