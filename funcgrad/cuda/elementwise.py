@@ -1,29 +1,27 @@
 """Elementwise primitives: one scalar-op table and one generated kernel template.
 
 Each op is a Python expression over the loaded operands a0, a1, ... in a compute type (float16
-computes in float32). The template is a grid-stride loop over the output; each operand is read
-as 'c' (contiguous: element i), 's' (a broadcast scalar: one element) or 'g' (general strides,
-index math over the coalesced shape). Dims of size 1 are dropped and adjacent dims that are
-contiguous for every operand are merged first, so kernels are compiled per
-(op, dtypes, layouts, coalesced rank, static params), never per shape.
+computes in float32); the table is funcgrad/backends/scalar_exprs.py's, shared with the CPU
+backend, given the CUDA spellings here (device helpers, complex rows, iota). The template is a
+grid-stride loop over the output; each operand is read as 'c' (contiguous: element i), 's' (a
+broadcast scalar: one element) or 'g' (general strides, index math over the coalesced shape).
+Dims of size 1 are dropped and adjacent dims that are contiguous for every operand are merged
+first, so kernels are compiled per (op, dtypes, layouts, coalesced rank, static params), never
+per shape.
 """
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
+from ..backends import scalar_exprs as sx
 from . import runtime
 from .arrays import DeviceBuffer, c_strides, const, pool, zero_const, zeros
 
 # ---------------------------------------------------------------------------------------------
-# type helpers
+# type helpers and the scalar-op table (shared with the CPU backend: backends/scalar_exprs.py)
 # ---------------------------------------------------------------------------------------------
 
-NB = {"float16": "float16", "float32": "float32", "float64": "float64", "int8": "int8",
-      "uint8": "uint8", "int16": "int16", "uint16": "uint16", "int32": "int32",
-      "uint32": "uint32", "int64": "int64", "uint64": "uint64", "bool": "boolean",
-      "complex64": "complex64", "complex128": "complex128"}
+NB = {"float16": "float16", **sx.NB, "complex64": "complex64", "complex128": "complex128"}
 
 
 def nbt(dtype) -> str:
@@ -34,21 +32,6 @@ def nbt(dtype) -> str:
 def compute_t(dtype) -> str:
     d = np.dtype(dtype)
     return "float32" if d == np.float16 else nbt(d)
-
-
-class T:
-    """What an op template knows about its operand dtype."""
-
-    def __init__(self, dtype, out_dtype, params):
-        d = np.dtype(dtype)
-        self.dtype, self.out = d, np.dtype(out_dtype)
-        self.ct = compute_t(d)
-        self.kind = d.kind
-        self.bits = d.itemsize * 8
-        self.params = params
-
-    f = property(lambda self: self.kind == "f")
-    c = property(lambda self: self.kind == "c")
 
 
 # helper device functions, specialised per compute type (typed constants keep float32 float32,
@@ -72,197 +55,36 @@ def irem_{ct}(x, y):
         return {ct}(0)
     return {ct}(x - idiv_{ct}(x, y) * y)
 """,
-    "ffloor": """
-@cuda.jit(device=True, {opts})
-def ffloor_{ct}(x):
-    if not (abs(x) < {ct}(4503599627370496.0)):
-        return x
-    return {ct}(math.floor(x))
-""",
-    "fround": """
-@cuda.jit(device=True, {opts})
-def fround_{ct}(x):
-    if not (abs(x) < {ct}(4503599627370496.0)):
-        return x
-    r = {ct}(math.floor(x))
-    d = x - r
-    if d > {ct}(0.5):
-        r += {ct}(1)
-    elif d == {ct}(0.5):
-        h = {ct}(math.floor(r * {ct}(0.5)))
-        if r - h * {ct}(2) != {ct}(0):
-            r += {ct}(1)
-    return r
-""",
+    **sx.helper_templates("@cuda.jit(device=True, {opts})", cast_products=False),
 }
 
 
-def _sign(a, t):
-    if t.c:   # numpy 2: z / |z|, 0 at 0
-        return f"(({a[0]}) / abs({a[0]}) if {a[0]} != {t.ct}(0) else {t.ct}(0))"
-    z = f"{t.ct}(0)" if t.f else "0"
-    one = f"{t.ct}(1)" if t.f else "1"
-    return f"({one} if {a[0]} > {z} else (-{one} if {a[0]} < {z} else {a[0]}))"
-
-
-def _logistic(a, t):
-    x, c = a[0], t.ct
-    return (f"(({c}(1) / ({c}(1) + math.exp(-{x}))) if {x} >= {c}(0) else "
-            f"(math.exp({x}) / ({c}(1) + math.exp({x}))))")
-
-
-def _ipow(a, t):
-    y, x = t.params["y"], a[0]
-    if t.c:   # square-and-multiply; a negative power is its reciprocal
-        if y == 0:
-            return f"{t.ct}(1)"
-        p = x if abs(y) == 1 else f"({x} * {x})" if abs(y) == 2 else f"ipow_{t.ct}({x}, {abs(y)})"
-        return p if y > 0 else f"({t.ct}(1) / {p})"
+def _sign_consts(t):
     if t.f:
-        if y == 0:
-            return f"{t.ct}(1)"
-        if y == 1:
-            return x
-        if y == 2:
-            return f"({x} * {x})"
-        return f"({x} ** {t.ct}({y}))"
-    if y < 0:   # numpy: 1 / x**|y| cast back to an integer
-        lo = np.iinfo(t.dtype).min
-        odd = y % 2 != 0
-        return (f"(1 if {x} == 1 else ({('-1 if ' + x + ' == -1 else ') if t.kind == 'i' else ''}"
-                f"({lo} if {x} == 0 else 0)))" if odd else
-                f"(1 if ({x} == 1 or {x} == -1) else ({lo} if {x} == 0 else 0))")
-    if y == 0:
-        return "1"
-    if _signed64(t):
-        return f"int64({_ipow(['uint64(' + x + ')'], T(np.uint64, np.uint64, t.params))})"
-    return "(" + " * ".join([x] * y) + ")" if y <= 8 else f"ipow_{t.ct}({x}, {y})"
+        return f"{t.ct}(0)", f"{t.ct}(1)", f"-{t.ct}(1)"
+    return "0", "1", "-1"
 
 
-def _maxmin(op):
-    def f(a, t):
-        x, y = a
-        if t.f:
-            return f"({x} if ({x} {op} {y} or {x} != {x}) else {y})"
-        return f"({x} if {x} {op} {y} else {y})"
-    return f
-
-
-def _shift(left):
-    def f(a, t):
-        x, y = a
-        if left and _signed64(t):
-            body = f"int64(uint64({x}) << uint64({y}))"
-        elif left:
-            body = f"({x} << {y})"
-        elif t.kind == "u":
-            body = f"({x} >> {y})"
-        else:
-            u = f"uint{t.bits}"
-            body = f"({t.out.name}({u}({x}) >> {u}({y})))"
-        # cast both branches: numba would unify a uint64 shift with the int 0 as float64
-        o = t.out.name
-        return f"({o}({body}) if ({y} >= 0 and {y} < {t.bits}) else {o}(0))"
-    return f
-
-
-def _convert(a, t):
-    if t.out == np.bool_:
-        return f"({a[0]} != 0)"
-    if t.c and t.out.kind != "c":   # JAX: complex -> real keeps the real part
-        return f"({a[0]}).real"
-    return a[0]
-
-
-def _m(fn):
-    """math.fn for real operands, cmath.fn for complex ones."""
-    return lambda a, t: f"{'cmath' if t.c else 'math'}.{fn}({a[0]})"
-
-
-def _signed64(t) -> bool:
-    return t.kind == "i" and t.bits == 64
-
-
-def _wrapping(fmt):
-    """An integer op that wraps: LLVM treats signed overflow as undefined (it proved a*a >= 0
-    and mis-adjusted the division of a wrapped square on the H200), so int64 goes via uint64."""
-    def f(a, t):
-        if _signed64(t):
-            return "int64(" + fmt.format(*(f"uint64({x})" for x in a)) + ")"
-        return fmt.format(*a)
-    return f
-
-
-def _u(fmt):
-    return lambda a, t: fmt.format(*a, ct=t.ct)
+def _ipow_negative(x, y, t):
+    # numpy: 1 / x**|y| cast back to an integer
+    lo = np.iinfo(t.dtype).min
+    odd = y % 2 != 0
+    return (f"(1 if {x} == 1 else ({('-1 if ' + x + ' == -1 else ') if t.kind == 'i' else ''}"
+            f"({lo} if {x} == 0 else 0)))" if odd else
+            f"(1 if ({x} == 1 or {x} == -1) else ({lo} if {x} == 0 else 0))")
 
 
 # name -> (number of inputs, template(args, T) -> expression, helpers used)
 OPS: dict = {
-    "neg": (1, lambda a, t: f"int64(uint64(0) - uint64({a[0]}))" if _signed64(t)
-            else f"(-{a[0]})", ()),
-    "exp": (1, _m("exp"), ()),
-    "log": (1, _m("log"), ()),
-    "log1p": (1, _u("math.log1p({0})"), ()),
-    "expm1": (1, _u("math.expm1({0})"), ()),
-    "tanh": (1, _m("tanh"), ()),
-    "logistic": (1, _logistic, ()),
-    "sin": (1, _m("sin"), ()),
-    "cos": (1, _m("cos"), ()),
-    "sqrt": (1, _m("sqrt"), ()),
-    "rsqrt": (1, _u("({ct}(1) / math.sqrt({0}))"), ()),
-    "erf": (1, _u("math.erf({0})"), ()),
-    "abs": (1, _u("abs({0})"), ()),
-    "sign": (1, _sign, ()),
-    "floor": (1, _u("ffloor_{ct}({0})"), ("ffloor",)),
-    "round": (1, _u("fround_{ct}({0})"), ("fround",)),
-    "isfinite": (1, _u("math.isfinite({0})"), ()),
-    "not": (1, lambda a, t: f"(not {a[0]})" if t.kind == "b" else f"(~{a[0]})", ()),
-    "stop_gradient": (1, _u("{0}"), ()),
-    "copy": (1, _u("{0}"), ()),
-    "convert_element_type": (1, _convert, ()),
-    "integer_pow": (1, _ipow, ()),
-    "add": (2, _wrapping("({0} + {1})"), ()),
-    "sub": (2, _wrapping("({0} - {1})"), ()),
-    "mul": (2, _wrapping("({0} * {1})"), ()),
-    "div": (2, lambda a, t: (f"({a[0]} / {a[1]})" if (t.f or t.c)
-                             else f"idiv_{t.ct}({a[0]}, {a[1]})"), ("idiv",)),
-    "rem": (2, lambda a, t: (f"math.fmod({a[0]}, {a[1]})" if t.f
-                             else f"irem_{t.ct}({a[0]}, {a[1]})"), ("idiv", "irem")),
-    "pow": (2, _u("({0} ** {1})"), ()),
-    "max": (2, _maxmin(">"), ()),
-    "min": (2, _maxmin("<"), ()),
-    "eq": (2, _u("({0} == {1})"), ()),
-    "ne": (2, _u("({0} != {1})"), ()),
-    "lt": (2, _u("({0} < {1})"), ()),
-    "le": (2, _u("({0} <= {1})"), ()),
-    "gt": (2, _u("({0} > {1})"), ()),
-    "ge": (2, _u("({0} >= {1})"), ()),
-    "and": (2, _u("({0} & {1})"), ()),
-    "or": (2, _u("({0} | {1})"), ()),
-    "xor": (2, _u("({0} ^ {1})"), ()),
-    "shift_left": (2, _shift(True), ()),
-    "shift_right_logical": (2, _shift(False), ()),
-    "select": (3, lambda a, t: f"({a[1]} if {a[0]} else {a[2]})", ()),
+    **sx.ops(sign_consts=_sign_consts, ipow_negative=_ipow_negative, fmod="math.fmod",
+             erf=sx.template("math.erf({0})"), abs_=sx.template("abs({0})")),
     "iota": (0, lambda a, t: "i", ()),
     # complex primitives (funcgrad/prims_complex.py)
-    "real": (1, _u("({0}).real"), ()),
-    "imag": (1, _u("({0}).imag"), ()),
+    "real": (1, sx.template("({0}).real"), ()),
+    "imag": (1, sx.template("({0}).imag"), ()),
     "conj": (1, lambda a, t: f"({a[0]}).conjugate()" if t.c else a[0], ()),
-    "complex": (2, _u("complex({0}, {1})"), ()),
+    "complex": (2, sx.template("complex({0}, {1})"), ()),
 }
-
-HELPERS["ipow"] = """
-@cuda.jit(device=True, {opts})
-def ipow_{ct}(x, n):
-    r = {ct}(1)
-    while n > 0:
-        if n & 1:
-            r = r * x
-        x = x * x
-        n >>= 1
-    return r
-"""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -298,17 +120,12 @@ def scalar(name, args, dtype, out_dtype, params) -> tuple[str, set]:
     Returns the expression, which yields the compute type of `out_dtype` after a cast, and the
     (helper, compute type) pairs it calls; the elementwise and the fused kernels both use it.
     """
-    _, tmpl, helpers = OPS[name]
-    t = T(dtype, out_dtype, params)
-    expr = tmpl(args, t)
-    used = {(h, t.ct) for h in helpers}
-    used |= {("ipow", ct) for ct in re.findall(r"ipow_(\w+)\(", expr)}
-    return expr, used
+    return sx.scalar(OPS, name, args, sx.T(dtype, out_dtype, params, compute_t(dtype)))
 
 
 def helper_source(used: set, opts: str) -> str:
     """Source of the helper device functions in `used` ((name, compute type) pairs)."""
-    return "".join(HELPERS[h].format(opts=opts, ct=ct) for h, ct in sorted(used))
+    return sx.helper_source(HELPERS, used, opts=opts)
 
 
 def coordinates(rank: int, c: str, s: str, idx32: bool) -> list:
