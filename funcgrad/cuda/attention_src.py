@@ -33,17 +33,13 @@ pipe, which serves one 128-byte wavefront a cycle per SM: VEC 0's k-step issues 
 loads for MI * NJ FMAs (6 for 8 at the old default: the kernel waited on shared memory and spent
 70% of its issue slots on other instructions), VEC 2 one float4 load per four rows or columns,
 each a single broadcast wavefront per warp. Q^T, K^T and P^T are stored [k][row] and V row-major,
-all at row stride + 4 words; whole K / V tiles (unit dim stride) load without bounds at constant
-multiples of the row stride past an array view each thread slices once, partial ones in
-Gray-code order of the thread's element index (each 64-bit index the previous one plus one
-hoisted stride step); the softmax runs in base 2 with log2(e) folded into the scale. H200,
-2026-11-25, W2 (B16 N6 T256 H64 causal), fwdl: 49.9 us at (64, 32, 16, 8, 2, 8, 1, 0, 4)
-(163 registers, 3 blocks an SM) against 72.0 us for VEC 0's (64, 32, 32, 8, 0, 8, 1) in the
-same process. Causal rows are balanced across blocks (zigzag: a block holds half tiles y and
-2 ny - 1 - y; _fwd2's docstring): 50.2 -> 46.4 us in one process (155 registers); with both
-products' next operands loaded a step ahead, 44.8 us (161 registers); whole tiles' unguarded
-loads, 45.2 -> 44.0 us in one process (165 registers); product loops ended by their pointer,
-43.8 -> 42.8 us (167 registers).
+all at row stride + 4 words; K / V elements are fetched in Gray-code order of the thread's
+element index, so each 64-bit index is the previous one plus one hoisted stride step; the
+softmax runs in base 2 with log2(e) folded into the scale. H200, 2026-11-25, W2 (B16 N6 T256 H64
+causal), fwdl: 49.9 us at (64, 32, 16, 8, 2, 8, 1, 0, 4) (163 registers, 3 blocks an SM)
+against 72.0 us for VEC 0's (64, 32, 32, 8, 0, 8, 1) in the same process. Causal rows are
+balanced across blocks (zigzag: a block holds half tiles y and 2 ny - 1 - y; _fwd2's
+docstring): 50.2 -> 46.4 us in one process (155 registers).
 
 The merged backward's VEC layouts (cb) run its three score-tile products (dV += P^T dO,
 dK += dS^T Q, dQ partial = dS K) four reduction steps at a time (mm_ci / mm_cc): both operands
@@ -103,9 +99,8 @@ def smem_words(mode, D, BR, BC, pad=1):
 
 
 def fwd2_words(D, BR, BC):
-    """Shared-memory words of the VEC 2 forward: Q^T, K^T, V (row-major) and P^T tiles (one
-    spare row: the P V loop loads a row ahead)."""
-    return D * (BR + 4) + D * (BC + 4) + BC * (D + 4) + (BC + 1) * (BR + 4)
+    """Shared-memory words of the VEC 2 forward: Q^T, K^T, V (row-major) and P^T tiles."""
+    return D * (BR + 4) + D * (BC + 4) + BC * (D + 4) + BC * (BR + 4)
 
 
 def bwd_words(D, BR, BC):

@@ -261,18 +261,7 @@ def _fwd2(g, lse_out):
     cycles (Nsight Compute). H200, 2026-11-25, W2 fwdl, same call: 50.2 -> 46.4 us (163 ->
     155 registers; bit-identical results); the skip alone (row tiles as before) 53.0, the
     zigzag without it 55.1, light tiles dispatched first 47.6 (the dispatcher's SM order:
-    luck, not a rule). Both products load the next k-step's operands before this step's
-    FMAs (software pipelining by hand: 155 -> 161 registers, still 3 blocks an SM): 46.0 ->
-    44.8 us (same call; UK 8 53.1 -> 53.7, UK 2 49.9 -> 48.3). Whole K / V tiles of the usual
-    layouts (_fetch_whole) load without bounds through one array view a thread made at the
-    start: the prefetch of a tile took 294 instructions a thread (64-bit indices, the array
-    pointer reloaded, two compares an element) and takes 104 (SASS; 161 -> 165 registers):
-    45.2 -> 44.0 us in one process, 45.2 / 45.1 -> 43.8 / 43.8 in alternated processes, results
-    bit-identical on W2 and 5 other shapes (H200, 2026-11-25); a view sliced at each tile
-    instead (127 instructions) took 49.1 us (126 registers: ptxas scheduled it otherwise).
-    The product loops test the shared-memory pointer they step (_loop_count) instead of a
-    64-bit counter: 4 instructions fewer an iteration, 43.8 -> 42.8 us in one process (165 ->
-    167 registers; same results, H200, 2026-11-25)."""
+    luck, not a rule)."""
     D, BR, BC, MI, NJ, OC, TX, ct = g.D, g.BR, g.BC, g.MI, g.NJ, g.OC, g.TX, g.ct
     W = 4 if OC % 4 == 0 else 2 if OC % 2 == 0 else 1
     QB, KB = 0, D * (BR + 4)
@@ -281,8 +270,6 @@ def _fwd2(g, lse_out):
     g.header(["q", "k", "v"], ", La, lo" if lse_out else "", "O")
     for name, shape in (("s", (MI, NJ)), ("m", (MI,)), ("l", (MI,)), ("o", (MI, OC))):
         g.local(name, *shape)
-    for name, n in (("an_", MI), ("bn_", NJ), ("wn_", OC)):
-        g.local(name, n)
     H2 = BR // 2
     zz = BR % (2 * MI) == 0   # a thread's rows in one half tile: the zigzag row tiles
     if zz:
@@ -307,23 +294,8 @@ def _fwd2(g, lse_out):
     g.emit(1, f"for i in range({MI}):", "    m[i] = NEG", f"    l[i] = {ct}(0)")
     _zero(g, 1, "o", MI, OC)
     XV = tk.U
-    # whole K / V tiles (fk_: unit dim strides, every dim a head's, row strides < 2^32): each
-    # element an unguarded load at a constant multiple of the row stride past the thread's
-    # array view (_fetch_whole); partial tiles and other layouts take the guarded Gray fetch
-    whole = all(t.split and t.total % g.NT == 0 for t in (tk, tv))
-    if whole:
-        g.emit(1, f"fk_ = ks3 == 1 and vs3 == 1 and H >= {D} and HV >= {D} and "
-               "0 <= ks1 < 4294967296 and 0 <= vs1 < 4294967296",
-               "k1_ = uint64(uint32(ks1))", "v1_ = uint64(uint32(vs1))",
-               "kt_ = Ka[kb_ + r_k * ks1 + d_k:]", "vt_ = Va[vb_ + r_v * vs1 + d_v:]")
 
     def fetch(ind, r0):
-        if whole:
-            g.emit(ind, f"if fk_ and {r0} + {BC} <= S:")
-            _fetch_whole(tk, ind + 1, r0, "k", 0)
-            _fetch_whole(tv, ind + 1, r0, "v", XV)
-            g.emit(ind, "else:")
-            ind += 1
         tk.fetch(ind, r0, "S", "k", "kh", "H", KB, 0)
         tv.fetch(ind, r0, "S", "v", "kh", "HV", VB, XV)
     if g.PF:
@@ -347,16 +319,10 @@ def _fwd2(g, lse_out):
     # S = Q K^T: MI rows x NJ columns a thread, both read as vectors at every k
     _zero(g, 2, "s", MI, NJ)
     g.emit(2, f"pa = uint64({QB} + ty * {MI})", f"pb = uint64({KB} + tx * {NJ})")
-    # both products load the next step's operands (an_, bn_, wn_) before this step's FMAs:
-    # the loads of a loop iteration's first step no longer wait at its top; the last step
-    # reads one row past each tile (the next region, or P^T's spare row: fwd2_words)
-    g.emit(2, *g.vloads("av", MI, "pa"), *g.vloads("bv", NJ, "pb"))
-    g.kloop(2, "kk", D, [f"pa += uint64({BR + 4})", f"pb += uint64({BC + 4})"] +
-            g.vloads("an_", MI, "pa") + g.vloads("bn_", NJ, "pb") + [
-                f"for i in range({MI}):", f"    for j in range({NJ}):",
-                "        s[i, j] += av[i] * bv[j]", f"for i in range({MI}):",
-                "    av[i] = an_[i]", f"for j in range({NJ}):", "    bv[j] = bn_[j]"])
-    _loop_count(g, "kk", -(-D // g.UK), "nq_", g.UK * (BR + 4))
+    g.kloop(2, "kk", D, g.vloads("av", MI, "pa") + g.vloads("bv", NJ, "pb") + [
+        f"for i in range({MI}):", f"    for j in range({NJ}):",
+        "        s[i, j] += av[i] * bv[j]", f"pa += uint64({BR + 4})", f"pb += uint64({BC + 4})"])
+    _loop_count(g, "kk", -(-D // g.UK), "nq_")
     # online softmax in base 2; masked scores -inf
     row = "rb_ + i" if zz else f"row0 + ty * {MI} + i"
     g.emit(2, f"for i in range({MI}):", f"    row = {row}",
@@ -382,20 +348,15 @@ def _fwd2(g, lse_out):
     g.emit(2, "cuda.syncthreads()")
     # O += P V: MI rows of P^T and OC columns of V (W-wide groups) a key
     g.emit(2, f"pa = uint64({PB} + ty * {MI})", f"pb = uint64({VB} + tx * {W})")
-    def pv_loads(a, w):
-        out = g.vloads(a, MI, "pa")
-        for k0 in range(0, OC, W):
-            off = (k0 // W) * W * TX
-            ptr = f"pb + uint64({off})" if off else "pb"
-            out += [x.replace(f"{w}[", f"{w}[{k0} + ") for x in g.vloads(w, W, ptr)]
-        return out
-    g.emit(2, *pv_loads("av", "wv"))
-    g.kloop(2, "c", BC, [f"pa += uint64({BR + 4})", f"pb += uint64({D + 4})"] +
-            pv_loads("an_", "wn_") + [
-                f"for i in range({MI}):", f"    for k in range({OC}):",
-                "        o[i, k] += av[i] * wv[k]", f"for i in range({MI}):",
-                "    av[i] = an_[i]", f"for k in range({OC}):", "    wv[k] = wn_[k]"])
-    _loop_count(g, "c", -(-BC // g.UK), "np_", g.UK * (BR + 4))
+    body = g.vloads("av", MI, "pa")
+    for k0 in range(0, OC, W):
+        off = (k0 // W) * W * TX
+        ptr = f"pb + uint64({off})" if off else "pb"
+        body += [x.replace("wv[", f"wv[{k0} + ") for x in g.vloads("wv", W, ptr)]
+    g.kloop(2, "c", BC, body + [f"for i in range({MI}):", f"    for k in range({OC}):",
+                                "        o[i, k] += av[i] * wv[k]", f"pa += uint64({BR + 4})",
+                                f"pb += uint64({D + 4})"])
+    _loop_count(g, "c", -(-BC // g.UK), "np_")
     g.emit(2, "cuda.syncthreads()")
     if zz:   # (the maxima m are base 2: ln 2 turns them back)
         _row_sums(g, "i", "rb_")
@@ -405,30 +366,11 @@ def _fwd2(g, lse_out):
                 f"(k // {W}) * {W * TX} + tx * {W} + k % {W}")
 
 
-def _fetch_whole(t, ind, r0, op, xo):
-    """xl[xo + u] = op[b, r0 + r, head, d] of a whole tile t (split map, unit dim stride):
-    element u at (r0 + r_u) op1_ + d_u words of the thread's array view <op>t_ (sliced once, at
-    its first element of tile 0; r_u, d_u constants of the map, op1_ the row stride, below
-    2^32): no bounds, no array pointer reloaded, one 64-bit add an address."""
-    g = t.g
-    g.emit(ind, f"{op}r_ = {op}1_ * uint64({r0})")
-    for u in range(t.U):
-        r, d = t.f(g.NT * u)
-        at = " + ".join([f"{op}r_"] + [f"{op}1_ * uint64({r})"] * bool(r) +
-                        [f"uint64({d})"] * bool(d))
-        g.emit(ind, f"xl[{xo + u}] = {g.ct}({op}t_[{at or 'uint64(0)'}])")
-
-
-def _loop_count(g, var, n, count, step):
-    """The last loop `for var in range(n):` emitted runs `count` iterations: a loop while pa,
-    moved by `step` words an iteration, is below its end pe_, compared on its low 32 bits (a
-    shared-memory word index): one 32-bit compare where range's 64-bit counter took four more
-    instructions an iteration (SASS: 82 -> 78 and 150 -> 146 a product iteration)."""
+def _loop_count(g, var, n, count):
+    """The last loop `for var in range(n):` emitted gets the trip count `count`."""
     for at in range(len(g.L) - 1, -1, -1):
         if g.L[at].strip() == f"for {var} in range({n}):":
-            pre = g.L[at][:len(g.L[at]) - len(g.L[at].lstrip())]
-            g.L[at:at + 1] = [f"{pre}pe_ = uint32(pa + uint64({count}) * uint64({step}))",
-                              f"{pre}while uint32(pa) < pe_:"]
+            g.L[at] = g.L[at].replace(f"range({n})", f"range({count})")
             return
     raise AssertionError(f"no loop over {var}")
 
