@@ -12,6 +12,9 @@
 set -u
 out=${OUT:-benchmarks/out}
 mkdir -p "$out"
+# everything printed also goes to $out/session.log: the device tool returns only the last
+# 12,000 characters of a call's output (the tenth session's closing call lost its first lines)
+exec > >(tee -a "$out/session.log") 2>&1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 date -u +%Y-%m-%dT%H:%M:%SZ
 export FUNCGRAD_CACHE_DIR=${FUNCGRAD_CACHE_DIR:-$(mktemp -d)}
