@@ -167,18 +167,10 @@ class _Tile:
 
     def fetch(self, ind, r0, limit, op, head, width, base, xo):
         """xl[xo + u] = op[b, r0 + r, head, d] (0 outside [0, limit) x [0, width))."""
-        g, ct = self.g, self.g.ct
-        tail = self.total % g.NT != 0
         if self.split:   # one 64-bit index, moved by one stride step an element (Gray order)
             self.fetch_gray(ind, r0, limit, op, width, xo)
             return
-        g.emit(ind, f"for u in range({self.U}):")
-        self.rd(ind + 1)
-        g.emit(ind + 1, f"rr = {r0} + r", f"x = {ct}(0)",
-               f"if {f'tid + {g.NT} * u < {self.total} and ' if tail else ''}rr < {limit} "
-               f"and d < {width}:",
-               f"    x = {ct}({op.upper()}a[uint64({op}b_ + rr * {op}s1 + d * {op}s3)])",
-               f"xl[{xo} + u] = x")
+        self.fetch_rows(ind, f"{r0} + r", limit, op, width, xo)
 
     def fetch_rows(self, ind, rowexpr, limit, op, width, xo):
         """xl[xo + u] = op[b, rowexpr, head, d] (0 outside [0, limit) x [0, width)): rows
