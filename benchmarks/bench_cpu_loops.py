@@ -3,7 +3,7 @@
 The scan is bench_loops.py's: h = tanh(h @ W + x), ys = sum(h), H=64, B=32, 10 and 1,000 steps,
 float32, forward and value_and_grad (whose reverse pass is a reversed scan). "before" runs the
 loops the way plans did before funcgrad/backends/cpu_loops.py: the body's numpy impls equation
-by equation (loops.run_np), built by leaving the loop entries out of cpu_plan.STEP_BUILDERS;
+by equation (loops.run_np), built by leaving the loop entries out of cpu_steps.STEP_BUILDERS;
 "after" runs each body as a compiled CPU program. JAX-CPU's lax.scan runs beside them when jax
 is importable. The three alternate in rounds in one process; each figure is the median call.
 Usage: python benchmarks/bench_cpu_loops.py [--rounds 5] [--steps 10 1000]
@@ -27,13 +27,13 @@ from bench_loops import _data, _loss
 @contextlib.contextmanager
 def _numpy_loops():
     """Plans built inside run their loops through the numpy impls (the engine before)."""
-    from funcgrad.backends import cpu_plan
+    from funcgrad.backends import cpu_steps
     from funcgrad.loops import EXEC_PRIMS
-    saved = {p: cpu_plan.STEP_BUILDERS.pop(p) for p in EXEC_PRIMS if p in cpu_plan.STEP_BUILDERS}
+    saved = {p: cpu_steps.STEP_BUILDERS.pop(p) for p in EXEC_PRIMS if p in cpu_steps.STEP_BUILDERS}
     try:
         yield
     finally:
-        cpu_plan.STEP_BUILDERS.update(saved)
+        cpu_steps.STEP_BUILDERS.update(saved)
 
 
 def _funcgrad(mode, kind, n):

@@ -11,7 +11,7 @@ import pytest
 import funcgrad
 import funcgrad.numpy as fnp
 from funcgrad import grad, jit, lax
-from funcgrad.backends import cpu_loops, cpu_plan
+from funcgrad.backends import cpu_loops, cpu_plan, cpu_steps
 from funcgrad.backends.cpu_plan import CpuPlan
 from funcgrad.loops import EXEC_PRIMS, loop_run_effect_p, loop_run_p
 from funcgrad.tree_util import tree_leaves
@@ -34,11 +34,11 @@ def mode(request, monkeypatch):
 @contextlib.contextmanager
 def numpy_loops():
     """Plans built inside run their loops through loops.run_np (the engine before)."""
-    saved = {p: cpu_plan.STEP_BUILDERS.pop(p) for p in EXEC_PRIMS}
+    saved = {p: cpu_steps.STEP_BUILDERS.pop(p) for p in EXEC_PRIMS}
     try:
         yield
     finally:
-        cpu_plan.STEP_BUILDERS.update(saved)
+        cpu_steps.STEP_BUILDERS.update(saved)
 
 
 def loop_recs(program):

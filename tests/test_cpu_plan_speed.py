@@ -84,7 +84,7 @@ def test_constant_fills_are_computed_in_the_kernels_that_read_them(monkeypatch, 
     # CSE shares one broadcast zeros between a ReLU and the backward's select; the kernels
     # compute it in registers, none stores it, and the gradients keep numpy's bits
     from funcgrad import value_and_grad
-    from funcgrad.backends import cpu_plan
+    from funcgrad.backends import cpu_steps
     from funcgrad.tree_util import tree_leaves
     w = (rng.standard_normal((6, 16)) * 0.5).astype(np.float32)
     b = rng.standard_normal(16).astype(np.float32)
@@ -97,7 +97,7 @@ def test_constant_fills_are_computed_in_the_kernels_that_read_them(monkeypatch, 
     f = value_and_grad(loss, argnums=(0, 1))
     plan, got, want = _plans(monkeypatch, f, w, b)
     stored = sum(len(s.outs) for s in plan.program.steps if s.kind == "kernel")
-    monkeypatch.setattr(cpu_plan, "_inline_fills", lambda clustered, expr: clustered)
+    monkeypatch.setattr(cpu_steps, "inline_fills", lambda clustered, expr: clustered)
     before, _, _ = _plans(monkeypatch, f, w, b)
     assert stored < sum(len(s.outs) for s in before.program.steps if s.kind == "kernel")
     for g, w_ in zip(tree_leaves(got), tree_leaves(want)):

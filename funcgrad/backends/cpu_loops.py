@@ -32,7 +32,8 @@ from ..core import FuncgradError
 from ..loops import ExecRec, loop_out_p, loop_run_effect_p, loop_run_p
 from ..prims import IndexOutOfRange
 from .cpu_blas import one_thread, serial_flops
-from .cpu_plan import STEP_BUILDERS, Program, compile_quietly, exact_only
+from .cpu_plan import Program, compile_quietly
+from .cpu_steps import STEP_BUILDERS, exact_only
 
 _BODY_FILE = "<funcgrad cpu loop body>"
 
@@ -330,7 +331,7 @@ def _build_out(e, fuse: bool):
 
 
 def register(table: dict) -> None:
-    """Add the loop primitives' plan steps to cpu_plan's table (STEP_BUILDERS)."""
+    """Add the loop primitives' plan steps to cpu_steps' table (STEP_BUILDERS)."""
     table[loop_run_p] = _build_run
     table[loop_run_effect_p] = _build_effect
     table[loop_out_p] = _build_out
