@@ -79,8 +79,8 @@ _PLAIN = object()   # _forward's default `tag`: equations keep their own tags
 def _forward(expr, consts, args, kept=None, tag=_PLAIN):
     """Evaluate expr, keeping every intermediate value and which ones depend on the inputs.
 
-    A custom_vjp group runs its fwd rule instead of its body; the residuals are kept in
-    env[("res", rec, operand ids)] for the backward pass. A checkpoint's backward passes
+    A vjp group (a custom_vjp call, a scan's results) runs its record's fwd rule instead of
+    its body; the residuals are kept in env[("res", rec, operand ids)] for the backward pass. A checkpoint's backward passes
     `kept` (values its policy saved: not recomputed) and `tag` (put on the recomputed
     equations that have none, so that CSE keeps them apart; None for no tag).
     """
@@ -120,13 +120,13 @@ def _forward(expr, consts, args, kept=None, tag=_PLAIN):
 
 
 def _group_key(e):
-    """A custom_vjp call's identity: its record and its operands (the same record appears once
+    """A vjp group's identity (a custom_vjp call, a scan): its record and its operands (the same record appears once
     per call when a traced expression, e.g. a jitted function's, is replayed twice)."""
     return (e.params["rec"], tuple(id(x) for x in e.inputs))
 
 
 def _group_outs(expr):
-    """For each custom_vjp call, its output variables in index order."""
+    """For each vjp group, its output variables in index order."""
     groups = {}
     for e in expr.eqns:
         if e.prim.vjp_group:
@@ -152,9 +152,10 @@ def backward_pass(expr, env, active, read, cts_out):
             key = ("res",) + gkey
             if all(c is None for c in cts) or key not in env:
                 continue
-            cts = [c if c is not None else (prims.zeros_like(read(v)) if v is not None else
-                                            np.zeros(av.shape, av.dtype))
-                   for c, v, av in zip(cts, outs, rec.out_avals)]
+            if not getattr(rec, "none_cts", False):   # custom_vjp's bwd takes zeros
+                cts = [c if c is not None else (prims.zeros_like(read(v)) if v is not None else
+                                                np.zeros(av.shape, av.dtype))
+                       for c, v, av in zip(cts, outs, rec.out_avals)]
             with source_info(e.src + f" (backward of {rec})"):
                 in_cts = rec.bwd(env[key][1], cts)
             del env[key]

@@ -1,11 +1,12 @@
 """jvp, reverse mode and batching of the loop primitives (funcgrad/loops.py).
 
 Every rule builds a new loop of a transformed body: the jvp of a scan is a scan of the body's
-jvp; its reverse mode is a forward scan that also stacks the carry entering each step, then a
-reverse scan of the body's vjp at those carries (the body is recomputed once per step there),
-one per result that receives a cotangent; batching scans the batched body. Rules are called per
-result equation of a group, so each memoizes what the group shares (the transformed group, the
-residuals) on the record by argument identity and binds it once.
+jvp; its reverse mode is a forward scan that also stacks the carry entering each step, then one
+reverse scan of the body's vjp at those carries (the body is recomputed once per step there)
+taking every result's cotangent; batching scans the batched body. A scan's reverse mode is a
+vjp group (ad.py calls rec.fwd / rec.bwd once per loop); the other rules are called per result
+equation of a group, so each memoizes what the group shares (the transformed group) on the
+record by argument identity and binds it once.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from .ad import jvp_expr_eval, vjp
 from .batching import batch_eval
 from .core import FuncgradError, ShapedArray, eval_expr, is_float, user_frame_src
 from .loops import (
+    LoopRec,
     bind_group,
     cond_p,
     make_cond,
@@ -169,14 +171,16 @@ def _cond_jvp(ts, xs, *, out, rec, index):
 
 
 # ---------------------------------------------------------------------------------------------
-# reverse mode: a rule per result equation, its cotangent alone (the others are zero); the
-# forward scan of residuals is shared by the group's results (memoized by argument identity).
-# (A group-wide rule, ad.py's custom_vjp groups, keys groups by record, which is not unique when
-# a traced expression is replayed twice in one trace, e.g. a jitted function called twice.)
+# reverse mode. A scan's results are one group (ad.py's vjp groups, keyed by record and operands,
+# as custom_vjp calls): its forward is one scan that also stacks the carry entering each step,
+# its backward one reverse scan taking every result's cotangent. (A rule per result equation
+# had run the forward twice, for the value and for the residuals, and one backward scan per
+# result receiving a cotangent.) while_loop and cond keep a rule per result.
 # ---------------------------------------------------------------------------------------------
 
-def _scan_residuals(rec, xs):
-    """The stacked carries entering each step, from a scan that also computes the outputs."""
+def _scan_fwd(rec, *xs):
+    """(results, residuals): one scan of the body that also stacks the carries entering each
+    step; the residuals are the operands and those stacked carries."""
     nc, nk = rec.n_consts, rec.n_carry
     body = rec.exprs[0]
 
@@ -188,23 +192,26 @@ def _scan_residuals(rec, xs):
     new, ops = make_scan(fn, list(xs[:nc]), c_avals, x_avals, rec.length, rec.reverse,
                          rec.unroll, name=f"fwd({rec.name})")
     res = bind_group(scan_p, new, ops + list(xs[nc:]))
-    return res[len(rec.out_avals):]
+    n = len(rec.out_avals)
+    return res[:n], list(xs) + res[n:]
 
 
-def _scan_vjp(ct, *xs, out, rec, index):
-    """A reverse scan of the body's vjp at the saved carries; constants' cotangents sum up."""
+def _scan_bwd(rec, res, cts):
+    """Operand cotangents from the results' (None: zero): a reverse scan of the body's vjp at
+    the saved carries; the constants' cotangents sum up in its carry."""
     nc, nk = rec.n_consts, rec.n_carry
+    n_in = len(rec.in_avals)
+    xs, saved = list(res[:n_in]), list(res[n_in:])
     fl = _floats(rec.in_avals)
     fc, fk, fx = fl[:nc], fl[nc:nc + nk], fl[nc + nk:]
     fo = _floats(rec.out_avals)
-    if not fo[index] or not any(fl):
-        return [None] * len(xs)
-    saved = _memo(rec, "residuals", list(xs), None, lambda: _scan_residuals(rec, xs))
+    cts = [c if f else None for c, f in zip(cts, fo)]
+    if not any(fl) or all(c is None for c in cts):
+        return [None] * n_in
     body = rec.exprs[0]
-    nx = len(xs) - nc - nk
+    nx = n_in - nc - nk
     n_fc, n_fk = sum(fc), sum(fk)
-    y_ct = index >= nk   # the cotangent is a stacked y's (else the final carry's)
-    k_pos = sum(fk[:index]) if not y_ct else None
+    y_in = [j for j in range(nk, len(cts)) if cts[j] is not None]   # ys with a cotangent
 
     def fn(*a):
         it = iter(a)
@@ -213,30 +220,30 @@ def _scan_vjp(ct, *xs, out, rec, index):
         ctk = [next(it) for _ in range(n_fk)]
         x = [next(it) for _ in range(nx)]
         carry = [next(it) for _ in range(nk)]
-        cty = next(it) if y_ct else None
+        cty = {j: next(it) for j in y_in}
         full = consts + carry + x
         mask = fc + fk + fx
 
         def f(*d):
             return _pick(eval_expr(body, _merge(full, mask, d)), fo)
         _, f_vjp = vjp(f, *_pick(full, mask))
-        cts_out = list(ctk) + [cty if y_ct and j + nk == index else _zeros_aval(a)
+        cts_out = list(ctk) + [cty[nk + j] if nk + j in cty else _zeros_aval(a)
                                for j, a in enumerate(rec.out_avals[nk:]) if fo[nk + j]]
         got = list(f_vjp(cts_out))
         d_c, d_k, d_x = got[:n_fc], got[n_fc:n_fc + n_fk], got[n_fc + n_fk:]
         return [a + d for a, d in zip(acc, d_c)] + d_k + d_x
 
-    consts = list(xs[:nc])
+    consts = xs[:nc]
     acc0 = [_zeros(c) for c in _pick(consts, fc)]
-    ctk0 = [ct if not y_ct and j == k_pos else _zeros(c)
-            for j, c in enumerate(_pick(list(xs[nc:nc + nk]), fk))]
-    x_ops = list(xs[nc + nk:]) + list(saved) + ([ct] if y_ct else [])
+    ctk0 = [cts[nc_j] if cts[nc_j] is not None else _zeros(xs[nc + nc_j])
+            for nc_j in range(nk) if fk[nc_j]]   # carry result j pairs with carry operand j
+    x_ops = xs[nc + nk:] + saved + [cts[j] for j in y_in]
     c_avals = [ShapedArray(c.shape, c.dtype) for c in acc0 + ctk0]
     x_avals = [ShapedArray(x.shape[1:], x.dtype) for x in x_ops]
     new, ops = make_scan(fn, consts, c_avals, x_avals, rec.length, not rec.reverse, rec.unroll,
                          name=f"bwd({rec.name})")
-    res = bind_group(scan_p, new, ops + acc0 + ctk0 + x_ops)
-    d_c, d_k, d_x = res[:n_fc], res[n_fc:n_fc + n_fk], res[n_fc + n_fk:]
+    out = bind_group(scan_p, new, ops + acc0 + ctk0 + x_ops)
+    d_c, d_k, d_x = out[:n_fc], out[n_fc:n_fc + n_fk], out[n_fc + n_fk:]
     return _spread(d_c, fc) + _spread(d_k, fk) + _spread(d_x, fx)
 
 
@@ -281,9 +288,15 @@ def _cond_vjp(ct, *xs, out, rec, index):
     return [None] + _spread(res, fops)
 
 
-scan_p.vjp, while_p.vjp, cond_p.vjp = _scan_vjp, _while_vjp, _cond_vjp
-for _p in (scan_p, while_p, cond_p):
-    _p.vjp_group = False
+def _scan_group_only(ct, *xs, out, rec, index):
+    raise AssertionError("scan results are differentiated as a group (ad.py: rec.fwd/bwd)")
+
+
+scan_p.vjp, while_p.vjp, cond_p.vjp = _scan_group_only, _while_vjp, _cond_vjp
+scan_p.vjp_group, while_p.vjp_group, cond_p.vjp_group = True, False, False
+# ad.py calls a group's record: rec.fwd(*operands) -> (results, residuals), rec.bwd(residuals,
+# result cotangents, None for zero) -> operand cotangents
+LoopRec.fwd, LoopRec.bwd, LoopRec.none_cts = _scan_fwd, _scan_bwd, True
 
 
 # ---------------------------------------------------------------------------------------------

@@ -67,6 +67,29 @@ def test_10000_step_scan_is_no_larger_than_10_steps_under_jit_and_grad(rng):
     assert len(traced) == 4   # each jitted function traced its body once per length
 
 
+def test_value_and_grad_of_a_scan_runs_one_forward_and_one_backward_scan(rng):
+    # both results (the final carry and the stacked ys) receive cotangents: one reverse scan
+    # takes them together, and the forward that stacks the residuals also gives the value
+    w = np.array([0.5, -0.3, 0.8])
+    xs = rng.standard_normal((7, 3)) * 0.1
+    vg = jit(funcgrad.value_and_grad(_rnn_loss))
+    loops = [e.params["rec"].name for e in vg.lower(w, xs).expr.eqns
+             if e.prim is funcgrad.loops.loop_run_p]
+    assert sorted(loops) == ["bwd(scan)", "fwd(scan)"], loops
+    traced = make_jaxpr(funcgrad.value_and_grad(_rnn_loss))(w, xs)
+    groups = {id(e.params["rec"]) for e in traced.eqns if e.prim is funcgrad.loops.scan_p}
+    assert len(groups) == 2
+    val, g = vg(w, xs)
+    np.testing.assert_allclose(float(val), _rnn_loss_np(w, xs), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(g), _rnn_grad_np(w, xs), rtol=1e-10)
+    # only the ys receive a cotangent: no zeros are stacked for the carry's, same gradient
+    def ys_only(w):
+        return fnp.sum(lax.scan(lambda h, x: (fnp.tanh(h * w + x), h * h),
+                                fnp.zeros(3, w.dtype), xs)[1])
+    check_grads(ys_only, (w,), order=2)
+    check_grads(jit(ys_only), (w,), order=1)
+
+
 def test_each_loop_group_runs_once_under_jit_and_eagerly(monkeypatch):
     runs = []
     real = funcgrad.loops.run_np
