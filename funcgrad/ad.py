@@ -108,7 +108,9 @@ def _forward(expr, consts, args, kept=None, tag=_PLAIN):
             if key not in env:
                 with source_info(e.src), (contextlib.nullcontext() if tag is _PLAIN
                                           else tagged(e)):
-                    outs, res = rec.fwd(*[read(x) for x in e.inputs])
+                    vals = [read(x) for x in e.inputs]
+                    outs, res = (rec.fwd(*vals, active=[x in active for x in e.inputs])
+                                 if getattr(rec, "none_cts", False) else rec.fwd(*vals))
                 env[key] = (outs, res)
             env[e.out] = env[key][0][e.params["index"]]
         else:

@@ -178,9 +178,10 @@ def _cond_jvp(ts, xs, *, out, rec, index):
 # result receiving a cotangent.) while_loop and cond keep a rule per result.
 # ---------------------------------------------------------------------------------------------
 
-def _scan_fwd(rec, *xs):
+def _scan_fwd(rec, *xs, active=None):
     """(results, residuals): one scan of the body that also stacks the carries entering each
-    step; the residuals are the operands and those stacked carries."""
+    step; the residuals are which operands get cotangents (`active`: those the differentiated
+    function's inputs reach), the operands and those stacked carries."""
     nc, nk = rec.n_consts, rec.n_carry
     body = rec.exprs[0]
 
@@ -193,7 +194,9 @@ def _scan_fwd(rec, *xs):
                          rec.unroll, name=f"fwd({rec.name})")
     res = bind_group(scan_p, new, ops + list(xs[nc:]))
     n = len(rec.out_avals)
-    return res[:n], list(xs) + res[n:]
+    wanted = tuple(f and (active is None or a) for f, a in zip(
+        _floats(rec.in_avals), active or [True] * len(xs)))
+    return res[:n], (wanted, list(xs) + res[n:])
 
 
 def _scan_bwd(rec, res, cts):
@@ -201,8 +204,10 @@ def _scan_bwd(rec, res, cts):
     the saved carries; the constants' cotangents sum up in its carry."""
     nc, nk = rec.n_consts, rec.n_carry
     n_in = len(rec.in_avals)
+    wanted, res = res
     xs, saved = list(res[:n_in]), list(res[n_in:])
-    fl = _floats(rec.in_avals)
+    fl = list(wanted)   # float operands the differentiated inputs reach
+    fl[nc:nc + nk] = _floats(rec.in_avals[nc:nc + nk])   # the carry's cotangent flows through
     fc, fk, fx = fl[:nc], fl[nc:nc + nk], fl[nc + nk:]
     fo = _floats(rec.out_avals)
     cts = [c if f else None for c, f in zip(cts, fo)]

@@ -76,6 +76,10 @@ def test_value_and_grad_of_a_scan_runs_one_forward_and_one_backward_scan(rng):
     loops = [e.params["rec"].name for e in vg.lower(w, xs).expr.eqns
              if e.prim is funcgrad.loops.loop_run_p]
     assert sorted(loops) == ["bwd(scan)", "fwd(scan)"], loops
+    # xs is not differentiated: the reverse scan stacks no cotangent for it (w's and h's only)
+    bwd = [e.params["rec"] for e in vg.lower(w, xs).expr.eqns
+           if e.prim is funcgrad.loops.loop_run_p and e.params["rec"].name == "bwd(scan)"]
+    assert [a.shape for a in bwd[0].out_avals] == [(3,), (3,)]
     traced = make_jaxpr(funcgrad.value_and_grad(_rnn_loss))(w, xs)
     groups = {id(e.params["rec"]) for e in traced.eqns if e.prim is funcgrad.loops.scan_p}
     assert len(groups) == 2
