@@ -1,11 +1,11 @@
 """jvp, reverse mode and batching of the loop primitives (funcgrad/loops.py).
 
 Every rule builds a new loop of a transformed body: the jvp of a scan is a scan of the body's
-jvp; its reverse mode is a forward scan that also stacks the carry entering each step, then one
-reverse scan of the body's vjp at those carries (the body is recomputed once per step there)
-taking every result's cotangent; batching scans the batched body. A scan's reverse mode is a
-vjp group (ad.py calls rec.fwd / rec.bwd once per loop); the other rules are called per result
-equation of a group, so each memoizes what the group shares (the transformed group) on the
+jvp; its reverse mode (funcgrad/loops_vjp.py, a vjp group: ad.py calls rec.fwd / rec.bwd once
+per loop) is a forward scan that also stacks the carry entering each step and the body values
+the derivative reads, then one reverse scan of the body's backward pass taking every result's
+cotangent; batching scans the batched body. The other rules are called per result equation of
+a group, so each memoizes what the group shares (the transformed group) on the
 record by argument identity and binds it once.
 """
 from __future__ import annotations
@@ -26,6 +26,7 @@ from .loops import (
     trace_closed,
     while_p,
 )
+from .loops_vjp import scan_bwd, scan_fwd
 
 
 def _memo(rec, kind, args, extra, build):
@@ -171,90 +172,9 @@ def _cond_jvp(ts, xs, *, out, rec, index):
 
 
 # ---------------------------------------------------------------------------------------------
-# reverse mode. A scan's results are one group (ad.py's vjp groups, keyed by record and operands,
-# as custom_vjp calls): its forward is one scan that also stacks the carry entering each step,
-# its backward one reverse scan taking every result's cotangent. (A rule per result equation
-# had run the forward twice, for the value and for the residuals, and one backward scan per
-# result receiving a cotangent.) while_loop and cond keep a rule per result.
+# reverse mode: a scan's results are one vjp group (funcgrad/loops_vjp.py); while_loop and cond
+# keep a rule per result
 # ---------------------------------------------------------------------------------------------
-
-def _scan_fwd(rec, *xs, active=None):
-    """(results, residuals): one scan of the body that also stacks the carries entering each
-    step; the residuals are which operands get cotangents (`active`: those the differentiated
-    function's inputs reach), the operands and those stacked carries."""
-    nc, nk = rec.n_consts, rec.n_carry
-    body = rec.exprs[0]
-
-    def fn(*a):
-        return eval_expr(body, list(a)) + list(a[nc:nc + nk])
-
-    c_avals = rec.in_avals[nc:nc + nk]
-    x_avals = [ShapedArray(a.shape[1:], a.dtype) for a in rec.in_avals[nc + nk:]]
-    new, ops = make_scan(fn, list(xs[:nc]), c_avals, x_avals, rec.length, rec.reverse,
-                         rec.unroll, name=f"fwd({rec.name})")
-    res = bind_group(scan_p, new, ops + list(xs[nc:]))
-    n = len(rec.out_avals)
-    wanted = tuple(f and (active is None or a) for f, a in zip(
-        _floats(rec.in_avals), active or [True] * len(xs)))
-    return res[:n], (wanted, list(xs) + res[n:])
-
-
-def _scan_bwd(rec, res, cts):
-    """Operand cotangents from the results' (None: zero): a reverse scan of the body's vjp at
-    the saved carries; the constants' cotangents sum up in its carry."""
-    nc, nk = rec.n_consts, rec.n_carry
-    n_in = len(rec.in_avals)
-    wanted, res = res
-    xs, saved = list(res[:n_in]), list(res[n_in:])
-    fl = list(wanted)   # float operands the differentiated inputs reach
-    fl[nc:nc + nk] = _floats(rec.in_avals[nc:nc + nk])   # the carry's cotangent flows through
-    fc, fk, fx = fl[:nc], fl[nc:nc + nk], fl[nc + nk:]
-    fo = _floats(rec.out_avals)
-    cts = [c if f else None for c, f in zip(cts, fo)]
-    if not any(fl) or all(c is None for c in cts):
-        return [None] * n_in
-    body = rec.exprs[0]
-    nx = n_in - nc - nk
-    n_fc, n_fk = sum(fc), sum(fk)
-    y_in = [j for j in range(nk, len(cts)) if cts[j] is not None]   # ys with a cotangent
-
-    def fn(*a):
-        it = iter(a)
-        consts = [next(it) for _ in range(nc)]
-        acc = [next(it) for _ in range(n_fc)]
-        ctk = [next(it) for _ in range(n_fk)]
-        x = [next(it) for _ in range(nx)]
-        carry = [next(it) for _ in range(nk)]
-        cty = {j: next(it) for j in y_in}
-        full = consts + carry + x
-        mask = fc + fk + fx
-
-        def f(*d):
-            return _pick(eval_expr(body, _merge(full, mask, d)), fo)
-        _, f_vjp = vjp(f, *_pick(full, mask))
-        cts_out = list(ctk) + [cty[nk + j] if nk + j in cty else _zeros_aval(a)
-                               for j, a in enumerate(rec.out_avals[nk:]) if fo[nk + j]]
-        got = list(f_vjp(cts_out))
-        d_c, d_k, d_x = got[:n_fc], got[n_fc:n_fc + n_fk], got[n_fc + n_fk:]
-        return [a + d for a, d in zip(acc, d_c)] + d_k + d_x
-
-    consts = xs[:nc]
-    acc0 = [_zeros(c) for c in _pick(consts, fc)]
-    ctk0 = [cts[nc_j] if cts[nc_j] is not None else _zeros(xs[nc + nc_j])
-            for nc_j in range(nk) if fk[nc_j]]   # carry result j pairs with carry operand j
-    x_ops = xs[nc + nk:] + saved + [cts[j] for j in y_in]
-    c_avals = [ShapedArray(c.shape, c.dtype) for c in acc0 + ctk0]
-    x_avals = [ShapedArray(x.shape[1:], x.dtype) for x in x_ops]
-    new, ops = make_scan(fn, consts, c_avals, x_avals, rec.length, not rec.reverse, rec.unroll,
-                         name=f"bwd({rec.name})")
-    out = bind_group(scan_p, new, ops + acc0 + ctk0 + x_ops)
-    d_c, d_k, d_x = out[:n_fc], out[n_fc:n_fc + n_fk], out[n_fc + n_fk:]
-    return _spread(d_c, fc) + _spread(d_k, fk) + _spread(d_x, fx)
-
-
-def _zeros_aval(a):
-    return fnp.zeros(a.shape[1:], a.dtype)
-
 
 def _merge(full, mask, diff):
     it = iter(diff)
@@ -301,7 +221,7 @@ scan_p.vjp, while_p.vjp, cond_p.vjp = _scan_group_only, _while_vjp, _cond_vjp
 scan_p.vjp_group, while_p.vjp_group, cond_p.vjp_group = True, False, False
 # ad.py calls a group's record: rec.fwd(*operands) -> (results, residuals), rec.bwd(residuals,
 # result cotangents, None for zero) -> operand cotangents
-LoopRec.fwd, LoopRec.bwd, LoopRec.none_cts = _scan_fwd, _scan_bwd, True
+LoopRec.fwd, LoopRec.bwd, LoopRec.none_cts = scan_fwd, scan_bwd, True
 
 
 # ---------------------------------------------------------------------------------------------

@@ -80,6 +80,10 @@ def test_value_and_grad_of_a_scan_runs_one_forward_and_one_backward_scan(rng):
     bwd = [e.params["rec"] for e in vg.lower(w, xs).expr.eqns
            if e.prim is funcgrad.loops.loop_run_p and e.params["rec"].name == "bwd(scan)"]
     assert [a.shape for a in bwd[0].out_avals] == [(3,), (3,)]
+    # the forward stacks tanh's output for the derivative: the reverse scan does not run the
+    # body's forward again (no tanh, no h * w there)
+    bwd_body = bwd[0].bodies[0][0]
+    assert not [e for e in bwd_body.eqns if e.prim.name == "tanh"], bwd_body
     traced = make_jaxpr(funcgrad.value_and_grad(_rnn_loss))(w, xs)
     groups = {id(e.params["rec"]) for e in traced.eqns if e.prim is funcgrad.loops.scan_p}
     assert len(groups) == 2
