@@ -14,6 +14,7 @@ import numpy as np
 from .core import (
     Primitive,
     ShapedArray,
+    Tracer,
     aval_of,
     bind,
     eqn_tag,
@@ -380,8 +381,21 @@ def checkpoint(fun: Callable, prevent_cse: bool = True, policy: Callable | None 
                 _, f_vjp = vjp(lambda *xs: rec.fun_flat(*xs), *res)
                 return list(f_vjp(list(cts)))
 
-        rec = _Rec("checkpoint", getattr(fun, "__name__", "checkpoint"), fun_flat,
-                   [aval_of(x) for x in leaves], fwd=fwd_flat, bwd=bwd_flat)
+        name = getattr(fun, "__name__", "checkpoint")
+        rec = _Rec("checkpoint", name, fun_flat, [aval_of(x) for x in leaves],
+                   fwd=fwd_flat, bwd=bwd_flat)
+        closed = [i for i, c in enumerate(rec.consts) if isinstance(c, Tracer)]
+        if closed:   # values of an enclosing trace that fun closes over become operands
+            expr, consts, n = rec.expr, rec.consts, len(leaves)
+
+            def fun_closed(*xs):
+                cs = list(consts)
+                for j, i in enumerate(closed):
+                    cs[i] = xs[n + j]
+                return eval_expr(expr, list(xs[:n]), cs)
+            leaves = leaves + [consts[i] for i in closed]
+            rec = _Rec("checkpoint", name, fun_closed, [aval_of(x) for x in leaves],
+                       fwd=fwd_flat, bwd=bwd_flat)
         if policy is not None:   # save what the policy allows, recompute the rest
             from .ad_checkpoint import PolicyRemat
             rules = PolicyRemat(rec, policy, prevent_cse)

@@ -366,3 +366,52 @@ def test_checkpoint_inside_a_jitted_function_called_twice_under_grad():
 
     np.testing.assert_allclose(float(funcgrad.grad(g)(0.3)),
                                3 * np.cos(0.3) + 6 * np.cos(0.6), rtol=1e-6)
+
+
+@pytest.mark.parametrize("policy", [None, "dots"])
+def test_checkpoint_closing_over_differentiated_values(policy):
+    # a checkpointed function that closes over a parameter (checkpoint(lambda h: block(w, h)))
+    # differentiates with respect to it too, eagerly, under jit, to second order
+    from funcgrad.test_util import check_grads
+    pol = None if policy is None else funcgrad.checkpoint_policies.dots_saveable
+    rng = np.random.default_rng(0)
+    w, x = rng.standard_normal((3, 3)) * 0.5, rng.standard_normal((2, 3))
+
+    def f(w, x, remat=True):
+        def block(h):
+            return fnp.tanh(h @ w) * fnp.sin(w[0])
+        return fnp.sum((checkpoint(block, policy=pol) if remat else block)(x) ** 2)
+    want = grad(f, argnums=(0, 1))(w, x, False)
+    for g in (grad(f, argnums=(0, 1)), jit(grad(f, argnums=(0, 1)))):
+        for a, b in zip(g(w, x), want):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-12, atol=1e-14)
+    check_grads(f, (w, x), order=2)
+
+
+def test_scan_of_a_checkpointed_body_stacks_only_its_carries():
+    # the reverse scan of scan(checkpoint(cell)) recomputes the cell from the saved carry;
+    # without checkpoint the forward stacks the cell's values the derivative reads
+    from funcgrad import lax
+    from funcgrad.loops import loop_run_p
+    rng = np.random.default_rng(1)
+    w, xs = rng.standard_normal((4, 4)) * 0.4, rng.standard_normal((5, 2, 4))
+
+    def f(w, remat):
+        def cell(h, x):
+            a = fnp.tanh(h @ w + x)
+            return fnp.sin(a) * a, fnp.sum(a)
+        h, ys = lax.scan(checkpoint(cell) if remat else cell, fnp.zeros((2, 4), w.dtype), xs)
+        return fnp.sum(h) + fnp.sum(ys * ys)
+
+    def stacked(remat):
+        lo = jit(grad(f), static_argnums=(1,)).lower(w, remat)
+        fwd = [e.params["rec"] for e in lo.expr.eqns
+               if e.prim is loop_run_p and e.params["rec"].name == "fwd(scan)"]
+        return [a.shape for a in fwd[0].out_avals]
+    assert stacked(True) == [(2, 4), (5,), (5, 2, 4)]        # carry, ys, the carries
+    assert len(stacked(False)) > 3
+    want = grad(f)(w, False)
+    for remat in (True, False):
+        np.testing.assert_allclose(np.asarray(grad(f)(w, remat)), np.asarray(want), rtol=1e-12)
+        np.testing.assert_allclose(np.asarray(jit(grad(f), static_argnums=(1,))(w, remat)),
+                                   np.asarray(want), rtol=1e-12)
