@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from . import numpy as fnp
 from . import prims as P
-from .ad import jvp_expr_eval, vjp
+from .ad import jvp_expr_eval
 from .batching import batch_eval
 from .core import FuncgradError, ShapedArray, eval_expr, is_float, user_frame_src
 from .loops import (
@@ -26,7 +26,7 @@ from .loops import (
     trace_closed,
     while_p,
 )
-from .loops_vjp import scan_bwd, scan_fwd
+from .loops_vjp import cond_bwd, cond_fwd, scan_bwd, scan_fwd
 
 
 def _memo(rec, kind, args, extra, build):
@@ -172,8 +172,8 @@ def _cond_jvp(ts, xs, *, out, rec, index):
 
 
 # ---------------------------------------------------------------------------------------------
-# reverse mode: a scan's results are one vjp group (funcgrad/loops_vjp.py); while_loop and cond
-# keep a rule per result
+# reverse mode: a scan's or a cond's results are one vjp group (funcgrad/loops_vjp.py); a
+# while_loop's (a trip count unknown when the backward is built) raise
 # ---------------------------------------------------------------------------------------------
 
 def _merge(full, mask, diff):
@@ -189,39 +189,23 @@ def _while_vjp(ct, *xs, out, rec, index):
         f"forward mode (jvp, jacfwd).\n  at {user_frame_src()}")
 
 
-def _cond_vjp(ct, *xs, out, rec, index):
-    """The selected branch's vjp, as a cond over the branches' vjps."""
-    ops = list(xs[1:])
-    fops = _floats(rec.in_avals[1:])
-    fo = _floats(rec.out_avals)
-    if not any(fops) or not fo[index]:
-        return [None] * len(xs)
-
-    def branch(expr):
-        def fn(*a):
-            o, c = list(a[:-1]), a[-1]
-
-            def f(*d):
-                return eval_expr(expr, _merge(o, fops, d))[index]
-            _, f_vjp = vjp(f, *_pick(o, fops))
-            return list(f_vjp(c))
-        return fn
-    avals = [ShapedArray(x.shape, x.dtype) for x in ops + [ct]]
-    new, extra = make_cond([trace_closed(branch(e), avals) for e in rec.exprs], avals,
-                           name=f"bwd({rec.name})")
-    res = bind_group(cond_p, new, [xs[0]] + ops + [ct] + extra)
-    return [None] + _spread(res, fops)
+def _group_only(ct, *xs, out, rec, index):
+    raise AssertionError(f"{rec.kind} results are differentiated as a group (ad.py: rec.fwd/bwd)")
 
 
-def _scan_group_only(ct, *xs, out, rec, index):
-    raise AssertionError("scan results are differentiated as a group (ad.py: rec.fwd/bwd)")
+def _group_fwd(rec, *xs, active=None):
+    return (scan_fwd if rec.kind == "scan" else cond_fwd)(rec, *xs, active=active)
 
 
-scan_p.vjp, while_p.vjp, cond_p.vjp = _scan_group_only, _while_vjp, _cond_vjp
-scan_p.vjp_group, while_p.vjp_group, cond_p.vjp_group = True, False, False
-# ad.py calls a group's record: rec.fwd(*operands) -> (results, residuals), rec.bwd(residuals,
-# result cotangents, None for zero) -> operand cotangents
-LoopRec.fwd, LoopRec.bwd, LoopRec.none_cts = scan_fwd, scan_bwd, True
+def _group_bwd(rec, res, cts):
+    return (scan_bwd if rec.kind == "scan" else cond_bwd)(rec, res, cts)
+
+
+scan_p.vjp, while_p.vjp, cond_p.vjp = _group_only, _while_vjp, _group_only
+scan_p.vjp_group, while_p.vjp_group, cond_p.vjp_group = True, False, True
+# ad.py calls a group's record: rec.fwd(*operands, active=...) -> (results, residuals),
+# rec.bwd(residuals, result cotangents, None for zero) -> operand cotangents
+LoopRec.fwd, LoopRec.bwd, LoopRec.none_cts = _group_fwd, _group_bwd, True
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Reverse mode of lax.scan: one forward scan that saves residuals, one reverse scan.
+"""Reverse mode of lax.scan (one forward scan saving residuals, one reverse scan) and lax.cond.
 
 A scan's results are one vjp group (ad.py calls `rec.fwd` / `rec.bwd` once per loop, keyed by
 record and operands as custom_vjp calls). The forward scan computes the results and stacks,
@@ -13,12 +13,15 @@ reverse scan reads is found once per record and differentiated-operand mask, by 
 body's backward pass and following the cotangent-free operands of its cotangent-dependent
 equations back to the body's own values. Cotangents are computed only for the operands the
 differentiated inputs reach.
+
+A cond's results are a group too: its backward is one cond over the branches' backward passes
+taking every result's cotangent (the selected branch's forward runs again there).
 """
 from __future__ import annotations
 
 from . import numpy as fnp
 from . import prims as P
-from .ad import FORWARD_REWRITES, _forward, backward_pass
+from .ad import FORWARD_REWRITES, _forward, backward_pass, vjp
 from .core import (
     Expr,
     ShapedArray,
@@ -27,11 +30,12 @@ from .core import (
     aval_of,
     bind,
     eqn_tag,
+    eval_expr,
     is_float,
     source_info,
     trace_to_expr,
 )
-from .loops import bind_group, make_scan, scan_p
+from .loops import bind_group, cond_p, make_cond, make_scan, scan_p, trace_closed
 
 
 def _floats(avals):
@@ -238,3 +242,41 @@ def scan_bwd(rec, res, cts):
     out = bind_group(scan_p, new, ops + acc0 + ctk0 + x_ops)
     d_c, d_k, d_x = out[:n_fc], out[n_fc:n_fc + n_fk], out[n_fc + n_fk:]
     return _spread(d_c, fc) + _spread(d_k, fk) + _spread(d_x, fx)
+
+
+def cond_fwd(rec, *xs, active=None):
+    """(results, residuals): the cond itself; the residuals are its operands and which of them
+    get cotangents."""
+    wanted = tuple(f and (active is None or a) for f, a in zip(
+        _floats(rec.in_avals), active or [True] * len(xs)))
+    return bind_group(cond_p, rec, list(xs)), (wanted, list(xs))
+
+
+def cond_bwd(rec, res, cts):
+    """Operand cotangents from the results' (None: zero): a cond, on the same index, over the
+    branches' backward passes."""
+    wanted, xs = res
+    ops, fops = list(xs[1:]), list(wanted[1:])
+    fo = _floats(rec.out_avals)
+    at = [j for j, (c, f) in enumerate(zip(cts, fo)) if f and c is not None]
+    if not any(fops) or not at:
+        return [None] * len(xs)
+    n = len(ops)
+
+    def branch(expr):
+        def fn(*a):
+            o, c = list(a[:n]), list(a[n:])
+
+            def f(*d):
+                it = iter(d)
+                outs = eval_expr(expr, [next(it) if m else v for v, m in zip(o, fops)])
+                return [outs[j] for j in at]
+            _, f_vjp = vjp(f, *[v for v, m in zip(o, fops) if m])
+            return list(f_vjp(c))
+        return fn
+    given = [cts[j] for j in at]
+    avals = [ShapedArray(x.shape, x.dtype) for x in ops + given]
+    new, extra = make_cond([trace_closed(branch(e), avals) for e in rec.exprs], avals,
+                           name=f"bwd({rec.name})")
+    out = bind_group(cond_p, new, [xs[0]] + ops + given + extra)
+    return [None] + _spread(out, fops)

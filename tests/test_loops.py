@@ -125,6 +125,22 @@ def test_scan_grads_of_some_operands_equal_the_full_gradient(argnums, used):
                 tuple((w, b, xs)[i] for i in nums), order=2)
 
 
+def test_grad_of_a_cond_with_two_results_runs_one_backward_cond():
+    def f(x, y):
+        a, b, k = lax.cond(fnp.sum(x) > 0,
+                           lambda x, y: (fnp.sin(x) * y, x * x, np.int32(1)),
+                           lambda x, y: (x + y, fnp.cos(y), np.int32(2)), x, y)
+        return fnp.sum(a) + fnp.sum(b * b) + k
+    x, y = np.array([0.3, 0.5]), np.array([1.2, -0.4])
+    for xx in (x, -x):   # each branch
+        check_grads(f, (xx, y), order=2)
+        check_grads(jit(f), (xx, y), order=1)
+    lo = jit(funcgrad.grad(f, argnums=(0, 1))).lower(x, y)
+    conds = [e.params["rec"].name for e in lo.expr.eqns if e.prim is funcgrad.loops.loop_run_p]
+    assert sorted(conds) == ["bwd(cond)", "cond"], conds
+    np.testing.assert_allclose(np.asarray(funcgrad.grad(f, argnums=1)(x, y)), np.sin(x))
+
+
 def test_each_loop_group_runs_once_under_jit_and_eagerly(monkeypatch):
     runs = []
     real = funcgrad.loops.run_np
