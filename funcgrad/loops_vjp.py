@@ -73,7 +73,6 @@ class _AdBody:
         self.outs = list(expr.outs)
         self.expr = Expr(list(expr.in_binders[:expr.n_consts]) + [ins[i] for i in self.order],
                          expr.eqns, self.outs, expr.n_consts + len(fixed))
-        self.body_ins = ins
         self.saved = self._reads(rec, ins)
 
     def forward(self, vals, kept=None):
@@ -151,6 +150,12 @@ def _ad_body(rec, diff) -> _AdBody:
     return hit
 
 
+def _wanted(rec, active):
+    """Float operands the differentiated inputs reach (`active`, from ad.py; None: all)."""
+    fl = _floats(rec.in_avals)
+    return tuple(f and (active is None or a) for f, a in zip(fl, active or fl))
+
+
 def _diff_mask(rec, wanted):
     """Operands that get cotangents: the wanted floats, and every float carry (the carry's
     cotangent flows through the steps)."""
@@ -165,8 +170,7 @@ def scan_fwd(rec, *xs, active=None):
     step and the body values the reverse scan reads; the residuals say which operands get
     cotangents (`active`: those the differentiated function's inputs reach)."""
     nc, nk = rec.n_consts, rec.n_carry
-    wanted = tuple(f and (active is None or a) for f, a in zip(
-        _floats(rec.in_avals), active or [True] * len(xs)))
+    wanted = _wanted(rec, active)
     ab = _ad_body(rec, _diff_mask(rec, wanted))
     expr = ab.expr
 
@@ -247,9 +251,7 @@ def scan_bwd(rec, res, cts):
 def cond_fwd(rec, *xs, active=None):
     """(results, residuals): the cond itself; the residuals are its operands and which of them
     get cotangents."""
-    wanted = tuple(f and (active is None or a) for f, a in zip(
-        _floats(rec.in_avals), active or [True] * len(xs)))
-    return bind_group(cond_p, rec, list(xs)), (wanted, list(xs))
+    return bind_group(cond_p, rec, list(xs)), (_wanted(rec, active), list(xs))
 
 
 def cond_bwd(rec, res, cts):
