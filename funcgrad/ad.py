@@ -79,10 +79,12 @@ _PLAIN = object()   # _forward's default `tag`: equations keep their own tags
 def _forward(expr, consts, args, kept=None, tag=_PLAIN):
     """Evaluate expr, keeping every intermediate value and which ones depend on the inputs.
 
-    A vjp group (a custom_vjp call, a scan's results) runs its record's fwd rule instead of
-    its body; the residuals are kept in env[("res", rec, operand ids)] for the backward pass. A checkpoint's backward passes
-    `kept` (values its policy saved: not recomputed) and `tag` (put on the recomputed
-    equations that have none, so that CSE keeps them apart; None for no tag).
+    A vjp group (a custom_vjp call, a scan's or a cond's results) runs its record's fwd rule
+    instead of its body (told which operands are differentiated when the record has
+    `wants_active`); the residuals are kept in env[("res", rec, operand ids)] for the backward
+    pass. A checkpoint's backward passes `kept` (values its policy saved: not recomputed) and
+    `tag` (put on the recomputed equations that have none, so that CSE keeps them apart; None
+    for no tag).
     """
     env = {}
     active = set()
@@ -110,7 +112,7 @@ def _forward(expr, consts, args, kept=None, tag=_PLAIN):
                                           else tagged(e)):
                     vals = [read(x) for x in e.inputs]
                     outs, res = (rec.fwd(*vals, active=[x in active for x in e.inputs])
-                                 if getattr(rec, "none_cts", False) else rec.fwd(*vals))
+                                 if getattr(rec, "wants_active", False) else rec.fwd(*vals))
                 env[key] = (outs, res)
             env[e.out] = env[key][0][e.params["index"]]
         else:
@@ -122,8 +124,9 @@ def _forward(expr, consts, args, kept=None, tag=_PLAIN):
 
 
 def _group_key(e):
-    """A vjp group's identity (a custom_vjp call, a scan): its record and its operands (the same record appears once
-    per call when a traced expression, e.g. a jitted function's, is replayed twice)."""
+    """A vjp group's identity (a custom_vjp call, a scan): its record and its operands (the
+    same record appears once per call when a traced expression, e.g. a jitted function's, is
+    replayed twice)."""
     return (e.params["rec"], tuple(id(x) for x in e.inputs))
 
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from .core import (
+    FuncgradError,
     Primitive,
     ShapedArray,
     Tracer,
@@ -185,6 +186,24 @@ def _check_like(what, name, got, want_tree, want_avals, allow_none=False):
     return leaves
 
 
+def _closure_converted(rec, leaves, make):
+    """rec, or (when its traced body closes over values of an enclosing trace) a record made by
+    `make(fun, avals)` whose body takes those values as operands after `leaves`; returns
+    (rec, leaves, n_closed)."""
+    closed = [i for i, c in enumerate(rec.consts) if isinstance(c, Tracer)]
+    if not closed:
+        return rec, leaves, 0
+    expr, consts, n = rec.expr, rec.consts, len(leaves)
+
+    def fun_closed(*xs):
+        cs = list(consts)
+        for j, i in enumerate(closed):
+            cs[i] = xs[n + j]
+        return eval_expr(expr, list(xs[:n]), cs)
+    leaves = list(leaves) + [consts[i] for i in closed]
+    return make(fun_closed, [aval_of(x) for x in leaves]), leaves, len(closed)
+
+
 def _bind_group(prim, rec, leaves, out_tree):
     outs = [bind(prim, *leaves, rec=rec, index=i) for i in range(len(rec.out_avals))]
     return tree_unflatten(out_tree, outs)
@@ -214,6 +233,10 @@ def _split_call(rule, args):
 
 class custom_vjp:
     """A function with a user-defined reverse-mode rule (JAX semantics).
+
+    The function may close over traced values (the arguments of an enclosing jit or vmap): they
+    become operands of the call. Differentiating with respect to one raises, as in JAX, since
+    the rule says how to differentiate with respect to the explicit arguments only.
 
     Example:
         >>> import funcgrad, funcgrad.numpy as fnp
@@ -273,7 +296,24 @@ class custom_vjp:
                                        [aval_of(_as_value(x)) for x in a_leaves], True))
             return out
 
+        n_args = len(leaves)
         rec = _Rec("custom_vjp", name, fun_flat, in_avals, fwd=fwd_flat, bwd=bwd_flat)
+        rec, leaves, n_closed = _closure_converted(
+            rec, leaves, lambda f, avals: _Rec("custom_vjp", name, f, avals))
+        if n_closed:   # fun closes over traced values: operands the rules do not see
+            def fwd_closed(*xs, active=None):
+                if active is not None and any(active[n_args:]):
+                    raise FuncgradError(
+                        f"{name}: detected differentiation of a custom_vjp function with "
+                        "respect to a value it closes over. The custom VJP rule only says how "
+                        "to differentiate with respect to the function's explicit arguments: "
+                        "pass the value as an argument and extend the fwd and bwd rules."
+                        f"\n  at {user_frame_src()}")
+                return fwd_flat(*xs[:n_args])
+
+            def bwd_closed(res_leaves, cts):
+                return bwd_flat(res_leaves, cts) + [None] * n_closed
+            rec.fwd, rec.bwd, rec.wants_active = fwd_closed, bwd_closed, True
         return _bind_group(custom_vjp_call_p, rec, leaves, store["out_tree"])
 
 
@@ -384,18 +424,9 @@ def checkpoint(fun: Callable, prevent_cse: bool = True, policy: Callable | None 
         name = getattr(fun, "__name__", "checkpoint")
         rec = _Rec("checkpoint", name, fun_flat, [aval_of(x) for x in leaves],
                    fwd=fwd_flat, bwd=bwd_flat)
-        closed = [i for i, c in enumerate(rec.consts) if isinstance(c, Tracer)]
-        if closed:   # values of an enclosing trace that fun closes over become operands
-            expr, consts, n = rec.expr, rec.consts, len(leaves)
-
-            def fun_closed(*xs):
-                cs = list(consts)
-                for j, i in enumerate(closed):
-                    cs[i] = xs[n + j]
-                return eval_expr(expr, list(xs[:n]), cs)
-            leaves = leaves + [consts[i] for i in closed]
-            rec = _Rec("checkpoint", name, fun_closed, [aval_of(x) for x in leaves],
-                       fwd=fwd_flat, bwd=bwd_flat)
+        # values of an enclosing trace that fun closes over become operands (differentiated)
+        rec, leaves, _ = _closure_converted(rec, leaves, lambda f, avals: _Rec(
+            "checkpoint", name, f, avals, fwd=fwd_flat, bwd=bwd_flat))
         if policy is not None:   # save what the policy allows, recompute the rest
             from .ad_checkpoint import PolicyRemat
             rules = PolicyRemat(rec, policy, prevent_cse)

@@ -206,6 +206,7 @@ scan_p.vjp_group, while_p.vjp_group, cond_p.vjp_group = True, False, True
 # ad.py calls a group's record: rec.fwd(*operands, active=...) -> (results, residuals),
 # rec.bwd(residuals, result cotangents, None for zero) -> operand cotangents
 LoopRec.fwd, LoopRec.bwd, LoopRec.none_cts = _group_fwd, _group_bwd, True
+LoopRec.wants_active = True   # rec.fwd learns which operands are differentiated
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import pytest
 import funcgrad
 import funcgrad.numpy as fnp
 from funcgrad import checkpoint, custom_jvp, custom_vjp, grad, jit, jvp, vjp, vmap
+from funcgrad.core import FuncgradError
 
 THIS_FILE = "test_custom.py"
 
@@ -415,3 +416,26 @@ def test_scan_of_a_checkpointed_body_stacks_only_its_carries():
         np.testing.assert_allclose(np.asarray(grad(f)(w, remat)), np.asarray(want), rtol=1e-12)
         np.testing.assert_allclose(np.asarray(jit(grad(f), static_argnums=(1,))(w, remat)),
                                    np.asarray(want), rtol=1e-12)
+
+
+def test_custom_vjp_closing_over_traced_values():
+    # a custom_vjp function closing over a traced value works under jit and vmap and when
+    # differentiated with respect to its arguments; differentiating with respect to the
+    # closed-over value raises (as JAX: the rule only covers the explicit arguments)
+    def f(w, x):
+        @custom_vjp
+        def g(x):
+            return fnp.sin(x * w)
+        g.defvjp(lambda x: (g(x), x), lambda x, ct: (ct * fnp.cos(x * w) * w,))
+        return fnp.sum(g(x))
+    w, x = np.float64(0.7), np.arange(3.0)
+    np.testing.assert_allclose(float(jit(f)(w, x)), np.sum(np.sin(x * w)), rtol=1e-12)
+    for g in (grad(f, argnums=1), jit(grad(f, argnums=1))):
+        np.testing.assert_allclose(np.asarray(g(w, x)), np.cos(x * w) * w, rtol=1e-12)
+    ws = np.array([0.1, 0.7])
+    np.testing.assert_allclose(np.asarray(vmap(f, in_axes=(0, None))(ws, x)),
+                               np.sin(np.outer(ws, x)).sum(1), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(vmap(grad(f, argnums=1), in_axes=(0, None))(ws, x)),
+                               np.cos(np.outer(ws, x)) * ws[:, None], rtol=1e-12)
+    with pytest.raises(FuncgradError, match="closes over"):
+        grad(f)(w, x)
