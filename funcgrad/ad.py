@@ -116,6 +116,10 @@ def _forward(expr, consts, args, kept=None, tag=_PLAIN):
                 env[key] = (outs, res)
             env[e.out] = env[key][0][e.params["index"]]
         else:
+            check = getattr(e.params.get("rec"), "check_active", None)
+            if check is not None and is_active:   # a custom_jvp call refusing some operands
+                with source_info(e.src):
+                    check([x in active for x in e.inputs])
             with source_info(e.src), tagged(e):
                 env[e.out] = bind(e.prim, *[read(x) for x in e.inputs], **e.params)
         if _inexact(e.out.aval.dtype) and is_active:

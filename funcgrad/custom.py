@@ -135,6 +135,9 @@ custom_jvp_call_p = _make_call_prim("custom_jvp_call")
 
 def _custom_jvp_jvp(ts, xs, *, out, rec, index):
     from . import prims
+    n_closed = getattr(rec, "n_closed", 0)
+    if n_closed and any(t is not None for t in ts[len(ts) - n_closed:]):
+        raise _closed_over_error("custom_jvp", rec.name)
     ts = [t if t is not None else prims.zeros_like(x) for t, x in zip(ts, xs)]
     return _rec_jvp(rec, xs, ts)[1][index]
 
@@ -149,7 +152,8 @@ def _custom_jvp_vjp(ct, *xs, out, rec, index):
     from . import prims
     from .ad import vjp
     from .core import is_float
-    diff = [i for i, x in enumerate(xs) if is_float(x.dtype)]
+    n_args = len(xs) - getattr(rec, "n_closed", 0)   # closed-over operands: ad.check_active
+    diff = [i for i, x in enumerate(xs[:n_args]) if is_float(x.dtype)]
     zeros = [prims.zeros_like(xs[i]) for i in diff]
 
     def tangent_out(*ts):
@@ -202,6 +206,14 @@ def _closure_converted(rec, leaves, make):
         return eval_expr(expr, list(xs[:n]), cs)
     leaves = list(leaves) + [consts[i] for i in closed]
     return make(fun_closed, [aval_of(x) for x in leaves]), leaves, len(closed)
+
+
+def _closed_over_error(kind, name):
+    return FuncgradError(
+        f"{name}: detected differentiation of a {kind} function with respect to a value it "
+        f"closes over. The custom {'VJP' if kind == 'custom_vjp' else 'JVP'} rule only says "
+        "how to differentiate with respect to the function's explicit arguments: pass the "
+        f"value as an argument and extend the rule.\n  at {user_frame_src()}")
 
 
 def _bind_group(prim, rec, leaves, out_tree):
@@ -303,12 +315,7 @@ class custom_vjp:
         if n_closed:   # fun closes over traced values: operands the rules do not see
             def fwd_closed(*xs, active=None):
                 if active is not None and any(active[n_args:]):
-                    raise FuncgradError(
-                        f"{name}: detected differentiation of a custom_vjp function with "
-                        "respect to a value it closes over. The custom VJP rule only says how "
-                        "to differentiate with respect to the function's explicit arguments: "
-                        "pass the value as an argument and extend the fwd and bwd rules."
-                        f"\n  at {user_frame_src()}")
+                    raise _closed_over_error("custom_vjp", name)
                 return fwd_flat(*xs[:n_args])
 
             def bwd_closed(res_leaves, cts):
@@ -362,7 +369,18 @@ class custom_jvp:
             tl = _check_like("jvp tangent output", name, tout, store["out_tree"], rec.out_avals)
             return [_as_value(o) for o in ol], [_as_value(t) for t in tl]
 
+        n_args = len(leaves)
         rec = _Rec("custom_jvp", name, fun_flat, [aval_of(x) for x in leaves], jvp=jvp_flat)
+        rec, leaves, n_closed = _closure_converted(
+            rec, leaves, lambda f, avals: _Rec("custom_jvp", name, f, avals))
+        if n_closed:   # fun closes over traced values: operands the rule does not see
+            def jvp_closed(primals, tangents):
+                return jvp_flat(list(primals)[:n_args], list(tangents)[:n_args])
+
+            def check_active(active):
+                if any(active[n_args:]):
+                    raise _closed_over_error("custom_jvp", name)
+            rec.jvp, rec.n_closed, rec.check_active = jvp_closed, n_closed, check_active
         return _bind_group(custom_jvp_call_p, rec, leaves, store["out_tree"])
 
 

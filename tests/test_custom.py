@@ -439,3 +439,31 @@ def test_custom_vjp_closing_over_traced_values():
                                np.cos(np.outer(ws, x)) * ws[:, None], rtol=1e-12)
     with pytest.raises(FuncgradError, match="closes over"):
         grad(f)(w, x)
+
+
+def test_custom_jvp_closing_over_traced_values():
+    # as custom_vjp: jit, vmap and derivatives with respect to the arguments work; forward or
+    # reverse mode with respect to the closed-over value raises (no silent zero)
+    def f(w, x):
+        @custom_jvp
+        def g(x):
+            return fnp.sin(x * w)
+
+        @g.defjvp
+        def g_jvp(primals, tangents):
+            (x,), (t,) = primals, tangents
+            return g(x), fnp.cos(x * w) * w * t
+        return fnp.sum(g(x))
+    w, x = np.float64(0.7), np.arange(3.0)
+    np.testing.assert_allclose(float(jit(f)(w, x)), np.sum(np.sin(x * w)), rtol=1e-12)
+    for g in (grad(f, argnums=1), jit(grad(f, argnums=1))):
+        np.testing.assert_allclose(np.asarray(g(w, x)), np.cos(x * w) * w, rtol=1e-12)
+    _, t = jvp(lambda x: f(w, x), (x,), (np.ones(3),))
+    np.testing.assert_allclose(float(t), np.sum(np.cos(x * w) * w), rtol=1e-12)
+    ws = np.array([0.1, 0.7])
+    np.testing.assert_allclose(np.asarray(vmap(f, in_axes=(0, None))(ws, x)),
+                               np.sin(np.outer(ws, x)).sum(1), rtol=1e-12)
+    with pytest.raises(FuncgradError, match="closes over"):
+        grad(f)(w, x)
+    with pytest.raises(FuncgradError, match="closes over"):
+        jvp(lambda w: f(w, x), (w,), (np.float64(1.0),))
