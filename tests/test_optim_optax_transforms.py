@@ -121,6 +121,24 @@ def test_scale_by_stddev():
     compare(sc(optim.scale_by_stddev()), ref)
 
 
+def test_scale_by_rms_and_stddev_with_bias_correction():
+    # bias_correction=True divides the moving averages by 1 - 0.9**t
+    def rms(g, p, v, s, t):
+        s["nu"] = R.tmap(lambda a, b: 0.9 * b + 0.1 * a * a, g,
+                         s.get("nu", R.tmap(np.zeros_like, g)))
+        return R.tmap(lambda a, n: -0.1 * a / np.sqrt(n / (1 - 0.9 ** t) + 1e-8), g, s["nu"])
+    compare(sc(optim.scale_by_rms(bias_correction=True)), rms)
+
+    def stddev(g, p, v, s, t):
+        s["mu"] = R.tmap(lambda a, b: 0.9 * b + 0.1 * a, g, s.get("mu", R.tmap(np.zeros_like, g)))
+        s["nu"] = R.tmap(lambda a, b: 0.9 * b + 0.1 * a * a, g,
+                         s.get("nu", R.tmap(np.zeros_like, g)))
+        c = 1 - 0.9 ** t
+        return R.tmap(lambda a, m, n: -0.1 * a / np.sqrt(n / c - (m / c) ** 2 + 1e-8),
+                      g, s["mu"], s["nu"])
+    compare(sc(optim.scale_by_stddev(bias_correction=True)), stddev, rtol=1e-6)
+
+
 def test_scale_by_distance_over_gradients():
     def ref(g, p, v, s, t):
         if t == 1:

@@ -19,7 +19,7 @@ from .base import (
     tree_zeros_like,
     zero_count,
 )
-from .numerics import bias_correction
+from .numerics import bias_correction as _bias_correction   # scale_by_rms's flag shares the name
 
 ScalarOrSchedule = Any  # a float, a scalar array, or a function of the int32 step count
 
@@ -142,11 +142,11 @@ def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, eps_roo
         count_inc = safe_increment(state.count)
         if nesterov:
             mu_hat = tree_map(lambda m, g: b1 * m + (1 - b1) * g,
-                              bias_correction(mu, b1, safe_increment(count_inc)),
-                              bias_correction(updates, b1, count_inc))
+                              _bias_correction(mu, b1, safe_increment(count_inc)),
+                              _bias_correction(updates, b1, count_inc))
         else:
-            mu_hat = bias_correction(mu, b1, count_inc)
-        nu_hat = bias_correction(nu, b2, count_inc)
+            mu_hat = _bias_correction(mu, b1, count_inc)
+        nu_hat = _bias_correction(nu, b2, count_inc)
         updates = tree_map(lambda m, v: m / (fnp.sqrt(v + eps_root) + eps), mu_hat, nu_hat)
         return updates, ScaleByAdamState(count=count_inc, mu=tree_cast(mu, mu_dtype), nu=nu)
     return GradientTransformation(init, update)
@@ -199,7 +199,7 @@ def scale_by_rms(decay: float = 0.9, eps: float = 1e-8, initial_scale: float = 0
         nu = _update_moment(updates, state.nu, decay, 2)
         if bias_correction:
             count_inc = safe_increment(state.count)
-            nu_hat = bias_correction(nu, decay, count_inc)
+            nu_hat = _bias_correction(nu, decay, count_inc)
         else:
             nu_hat = nu
         scaling = _rms_scaling(lambda n: n, eps, eps_in_sqrt)
@@ -245,8 +245,8 @@ def scale_by_stddev(decay: float = 0.9, eps: float = 1e-8, initial_scale: float 
         nu = _update_moment(updates, state.nu, decay, 2)
         if bias_correction:
             count_inc = safe_increment(state.count)
-            mu_hat = bias_correction(mu, decay, count_inc)
-            nu_hat = bias_correction(nu, decay, count_inc)
+            mu_hat = _bias_correction(mu, decay, count_inc)
+            nu_hat = _bias_correction(nu, decay, count_inc)
         else:
             mu_hat, nu_hat = mu, nu
         scaling = _rms_scaling(lambda mn: mn[1] - fnp.square(mn[0]), eps, eps_in_sqrt)
