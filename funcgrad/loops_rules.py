@@ -5,8 +5,8 @@ jvp; its reverse mode (funcgrad/loops_vjp.py, a vjp group: ad.py calls rec.fwd /
 per loop) is a forward scan that also stacks the carry entering each step and the body values
 the derivative reads, then one reverse scan of the body's backward pass taking every result's
 cotangent; batching scans the batched body. The other rules are called per result equation of
-a group, so each memoizes what the group shares (the transformed group) on the
-record by argument identity and binds it once.
+a group, so each memoizes what the group shares (the transformed group) on the record by
+argument identity and binds it once.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from . import numpy as fnp
 from . import prims as P
 from .ad import jvp_expr_eval
 from .batching import batch_eval
-from .core import FuncgradError, ShapedArray, eval_expr, is_float, user_frame_src
+from .core import FuncgradError, ShapedArray, eval_expr, user_frame_src
 from .loops import (
     LoopRec,
     bind_group,
@@ -26,7 +26,7 @@ from .loops import (
     trace_closed,
     while_p,
 )
-from .loops_vjp import cond_bwd, cond_fwd, scan_bwd, scan_fwd
+from .loops_vjp import _floats, _split, _spread, _zeros, cond_bwd, cond_fwd, scan_bwd, scan_fwd
 
 
 def _memo(rec, kind, args, extra, build):
@@ -38,14 +38,6 @@ def _memo(rec, kind, args, extra, build):
     res = build()
     rec.derived[("memo", kind)] = (key, list(args), res)   # keep args alive: ids stay unique
     return res
-
-
-def _floats(avals):
-    return [is_float(a.dtype) for a in avals]
-
-
-def _zeros(x):
-    return P.zeros_like(x)
 
 
 def _pick(xs, mask):
@@ -72,13 +64,7 @@ def _scan_jvp(ts, xs, *, out, rec, index):
         n_tc, n_tk, n_tx = sum(m_c), sum(fk), sum(m_x)
 
         def fn(*a):
-            it = iter(a)
-            consts = [next(it) for _ in range(nc)]
-            tc = [next(it) for _ in range(n_tc)]
-            carry = [next(it) for _ in range(nk)]
-            tk = [next(it) for _ in range(n_tk)]
-            x = [next(it) for _ in range(nx)]
-            tx = [next(it) for _ in range(n_tx)]
+            consts, tc, carry, tk, x, tx = _split(a, nc, n_tc, nk, n_tk, nx, n_tx)
             tangents = _spread(tc, m_c) + _spread(tk, fk) + _spread(tx, m_x)
             outs, touts = jvp_expr_eval(body, [], consts + carry + x, tangents)
             tout = [t if t is not None else _zeros(o) for t, o in zip(touts, outs)]
@@ -99,12 +85,6 @@ def _scan_jvp(ts, xs, *, out, rec, index):
         return primal, tang
 
     return _memo(rec, "jvp", list(xs) + list(ts), None, build)[1][index]
-
-
-def _spread(vals, mask):
-    """vals placed at the True positions of mask, None elsewhere."""
-    it = iter(vals)
-    return [next(it) if m else None for m in mask]
 
 
 def _while_jvp(ts, xs, *, out, rec, index):
@@ -175,11 +155,6 @@ def _cond_jvp(ts, xs, *, out, rec, index):
 # reverse mode: a scan's or a cond's results are one vjp group (funcgrad/loops_vjp.py); a
 # while_loop's (a trip count unknown when the backward is built) raise
 # ---------------------------------------------------------------------------------------------
-
-def _merge(full, mask, diff):
-    it = iter(diff)
-    return [next(it) if m else v for v, m in zip(full, mask)]
-
 
 def _while_vjp(ct, *xs, out, rec, index):
     raise FuncgradError(

@@ -28,11 +28,8 @@ from .core import (
     Tracer,
     Var,
     aval_of,
-    bind,
-    eqn_tag,
     eval_expr,
     is_float,
-    source_info,
     trace_to_expr,
 )
 from .loops import bind_group, cond_p, make_cond, make_scan, scan_p, trace_closed
@@ -47,8 +44,18 @@ def _zeros(x):
 
 
 def _spread(vals, mask):
+    """vals placed at the True positions of mask, None elsewhere."""
     it = iter(vals)
     return [next(it) if m else None for m in mask]
+
+
+def _split(args, *sizes):
+    """args cut into consecutive lists of the given sizes (a traced body's packed operands)."""
+    out, i = [], 0
+    for n in sizes:
+        out.append(list(args[i:i + n]))
+        i += n
+    return out
 
 
 class _AdBody:
@@ -167,23 +174,18 @@ def _diff_mask(rec, wanted):
 
 def scan_fwd(rec, *xs, active=None):
     """(results, residuals): one scan of the body that also stacks the carries entering each
-    step and the body values the reverse scan reads; the residuals say which operands get
+    step and the body values the reverse scan reads; the residuals also say which operands get
     cotangents (`active`: those the differentiated function's inputs reach)."""
     nc, nk = rec.n_consts, rec.n_carry
-    wanted = _wanted(rec, active)
-    ab = _ad_body(rec, _diff_mask(rec, wanted))
-    expr = ab.expr
+    diff = _diff_mask(rec, _wanted(rec, active))
+    ab = _ad_body(rec, diff)
+    # the body with the saved values as extra results, evaluated once a step
+    both = Expr(ab.expr.in_binders, ab.expr.eqns, ab.outs + ab.saved, ab.expr.n_consts)
 
     def fn(*a):
-        ordered = [a[i] for i in ab.order]
-        env = dict(zip(expr.in_binders, ab.consts + ordered))
-
-        def read(x):
-            return x.val if not isinstance(x, Var) else env[x]
-        for e in expr.eqns:
-            with source_info(e.src), eqn_tag(e.tag):
-                env[e.out] = bind(e.prim, *[read(x) for x in e.inputs], **e.params)
-        return [read(o) for o in ab.outs] + list(a[nc:nc + nk]) + [env[v] for v in ab.saved]
+        outs = eval_expr(both, [a[i] for i in ab.order], ab.consts)
+        n = len(ab.outs)
+        return outs[:n] + list(a[nc:nc + nk]) + outs[n:]
 
     c_avals = rec.in_avals[nc:nc + nk]
     x_avals = [ShapedArray(a.shape[1:], a.dtype) for a in rec.in_avals[nc + nk:]]
@@ -191,7 +193,7 @@ def scan_fwd(rec, *xs, active=None):
                          rec.unroll, name=f"fwd({rec.name})")
     res = bind_group(scan_p, new, ops + list(xs[nc:]))
     n = len(rec.out_avals)
-    return res[:n], (wanted, list(xs), res[n:n + nk], res[n + nk:])
+    return res[:n], (diff, list(xs), res[n:n + nk], res[n + nk:])
 
 
 def scan_bwd(rec, res, cts):
@@ -199,9 +201,8 @@ def scan_bwd(rec, res, cts):
     backward pass at the saved carries and values; the constants' cotangents sum up in its
     carry."""
     nc, nk = rec.n_consts, rec.n_carry
-    wanted, xs, carries, stacks = res
+    fl, xs, carries, stacks = res
     n_in = len(rec.in_avals)
-    fl = _diff_mask(rec, wanted)
     fc, fk, fx = fl[:nc], fl[nc:nc + nk], fl[nc + nk:]
     fo = _floats(rec.out_avals)
     cts = [c if f else None for c, f in zip(cts, fo)]
@@ -214,14 +215,9 @@ def scan_bwd(rec, res, cts):
     moving = ab.order[ab.n_fixed:]
 
     def fn(*a):
-        it = iter(a)
-        consts = [next(it) for _ in range(nc)]
-        acc = [next(it) for _ in range(n_fc)]
-        ctk = [next(it) for _ in range(n_fk)]
-        x = [next(it) for _ in range(nx)]
-        carry = [next(it) for _ in range(nk)]
-        cty = {j: next(it) for j in y_in}
-        kept = {v: next(it) for v in ab.saved}
+        consts, acc, ctk, x, carry, cty, saved = _split(
+            a, nc, n_fc, n_fk, nx, nk, len(y_in), len(ab.saved))
+        cty, kept = dict(zip(y_in, cty)), dict(zip(ab.saved, saved))
         full = consts + carry + x
         env, active, read = ab.forward(full, kept)
         got = backward_pass(ab.expr, env, active, read, ab.cts_out(rec, ctk, cty))

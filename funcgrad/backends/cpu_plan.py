@@ -343,7 +343,7 @@ def _lose_donated(args, bufs, own):
 
 
 # ---------------------------------------------------------------------------------------------
-# steps
+# donated arguments written in place by the steps' kernels
 # ---------------------------------------------------------------------------------------------
 
 def _in_place(steps, expr, keep, donate) -> dict:
