@@ -317,7 +317,7 @@ class Primitive:
         self.call_impl = None  # call-like primitives: run the body eagerly
         self.inline = None  # call-like primitives: jit inlines the body
         self.effectful = False  # never removed or merged by jit's passes
-        self.vjp_group = False  # custom_vjp calls, scans: ad runs the group's fwd/bwd instead
+        self.vjp_group = False  # custom_vjp, scan, cond calls: ad runs the group's fwd/bwd
 
     def __repr__(self):
         return self.name
