@@ -66,7 +66,7 @@ def kernel_times(q, k, v, w, fwd_flop, reps=20):
     """Each kernel alone (20 launches back to back), for every tile configuration tried."""
     from numba import cuda
 
-    from funcgrad.attention_prim import _attn_impl, _stats_impl
+    from funcgrad.prims.attention import _attn_impl, _stats_impl
     from funcgrad.core import ShapedArray
     from funcgrad.cuda import attention as CA
     from funcgrad.cuda import attention_src as AS

@@ -27,8 +27,8 @@ import funcgrad
 def kernels(b=16, n=6, t=256, h=64, reps=20):
     """GPU us of attention_bwd at W2's shape (q, k, v strided heads of one qkv buffer):
     unpacked, unpacked + the concatenate of dq, dk, dv along the heads, packed."""
-    from funcgrad.attention_lse import _fwdl_impl
-    from funcgrad.attention_prim import _stats_impl
+    from funcgrad.prims.attention_lse import _fwdl_impl
+    from funcgrad.prims.attention import _stats_impl
     from funcgrad.core import ShapedArray
     from funcgrad.cuda import attention as CA
     from funcgrad.cuda import concat
@@ -74,8 +74,8 @@ def w2(rounds, reps):
     import gpt
     from workloads import gpt_step
 
-    from funcgrad import attention_bwd as AB
-    from funcgrad import passes
+    from funcgrad.prims import attention_bwd as AB
+    from funcgrad.compile import passes
     steps = {}
     for packed in (True, False):
         if not packed:

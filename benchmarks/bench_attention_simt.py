@@ -69,8 +69,8 @@ def _gpu_split(call, reps):
 def sweep(q, k, v, w, fwd_flop, modes, candidates=None):
     from numba import cuda
 
-    from funcgrad.attention_lse import _fwdl_impl
-    from funcgrad.attention_prim import _stats_impl
+    from funcgrad.prims.attention_lse import _fwdl_impl
+    from funcgrad.prims.attention import _stats_impl
     from funcgrad.core import ShapedArray
     from funcgrad.cuda import attention as CA
     from funcgrad.cuda import attention_src as AS
@@ -168,8 +168,8 @@ def _compare_one(b, n, kh, t, s, h, causal):
 
 
 def _stats(q, k, v, w, scale, causal):
-    from funcgrad.attention_lse import _fwdl_impl
-    from funcgrad.attention_prim import _stats_impl
+    from funcgrad.prims.attention_lse import _fwdl_impl
+    from funcgrad.prims.attention import _stats_impl
     flat = _fwdl_impl(q, k, v, scale=scale, causal=causal)
     return _stats_impl(q, k, flat[:q.size].reshape(q.shape), w, scale=scale, causal=causal)
 

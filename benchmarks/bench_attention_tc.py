@@ -22,8 +22,8 @@ import funcgrad.numpy as fnp  # noqa: E402
 
 def kernels(q, k, v, w, fwd_flop):
     """GPU ms of fwdl / dq / dkv: SIMT, then every tensor-core configuration that fits."""
-    from funcgrad.attention_lse import _fwdl_impl
-    from funcgrad.attention_prim import _stats_impl
+    from funcgrad.prims.attention_lse import _fwdl_impl
+    from funcgrad.prims.attention import _stats_impl
     from funcgrad.core import ShapedArray
     from funcgrad.cuda import attention as CA
     from funcgrad.cuda import attention_tc as ATC

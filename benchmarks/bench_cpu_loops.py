@@ -2,7 +2,7 @@
 
 The scan is bench_loops.py's: h = tanh(h @ W + x), ys = sum(h), H=64, B=32, 10 and 1,000 steps,
 float32, forward and value_and_grad (whose reverse pass is a reversed scan). "before" runs the
-loops the way plans did before funcgrad/backends/cpu_loops.py: the body's numpy impls equation
+loops the way plans did before funcgrad/backends/cpu/loops.py: the body's numpy impls equation
 by equation (loops.run_np), built by leaving the loop entries out of cpu_steps.STEP_BUILDERS;
 "after" runs each body as a compiled CPU program. JAX-CPU's lax.scan runs beside them when jax
 is importable. The three alternate in rounds in one process; each figure is the median call.
@@ -27,8 +27,8 @@ from bench_loops import _data, _loss
 @contextlib.contextmanager
 def _numpy_loops():
     """Plans built inside run their loops through the numpy impls (the engine before)."""
-    from funcgrad.backends import cpu_steps
-    from funcgrad.loops import EXEC_PRIMS
+    from funcgrad.backends.cpu import steps as cpu_steps
+    from funcgrad.prims.loops import EXEC_PRIMS
     saved = {p: cpu_steps.STEP_BUILDERS.pop(p) for p in EXEC_PRIMS if p in cpu_steps.STEP_BUILDERS}
     try:
         yield

@@ -26,7 +26,7 @@ def main() -> None:
     from workloads import gpt_step
 
     import funcgrad
-    import funcgrad.jit  # the module: funcgrad.jit is the function
+    import funcgrad.compile.jit  # the module: funcgrad.jit is the function
     from funcgrad.cuda import backend as fbackend
     from funcgrad.cuda import compile as fcompile
     fjit = sys.modules["funcgrad.jit"]

@@ -132,7 +132,7 @@ def _dump_sources(rows, n, path):
     """The generated source of each profiled kernel (its module's digest is in the name)."""
     import re
 
-    from funcgrad import kernel_files
+    from funcgrad.backends import kernel_files
     with open(path, "w") as f:
         for name, (us, cnt) in sorted(rows.items(), key=lambda kv: -kv[1][0])[:45]:
             m = re.search(r"fgk_([0-9a-f]{24})", name)

@@ -1,29 +1,31 @@
 """funcgrad: JAX-style function transformations (grad, jit, vmap) over numpy and numba.cuda."""
-from . import core as _core
-from .backends.cpu import CpuBackend as _CpuBackend
+from funcgrad import core as _core
+from funcgrad.backends.cpu.backend import CpuBackend as _CpuBackend
 
 _core.register_backend("cpu", _CpuBackend)
 _core.register_backend(
     "cuda", lambda: __import__("funcgrad.cuda", fromlist=["x"]).CudaBackend(),
     available=lambda: __import__("funcgrad.cuda", fromlist=["x"]).is_available())
 
-from . import debug, dlpack, io, lax, nn, numpy, optim, random, tree_util  # noqa: F401
-from . import attention_bwd, attention_lse, attention_pattern  # noqa: F401,E402  (rules)
-from . import fused_bwd, patterns  # noqa: F401,E402  (rules)
-from .ad import grad, jvp, linearize, stop_gradient, value_and_grad, vjp  # noqa: F401
-from .api import default_backend, device_get, device_put, devices, make_jaxpr  # noqa: F401
-from .batching import vmap  # noqa: F401
-from .config import config  # noqa: F401
-from .core import Array, ClosedExpr, ConcretizationError, Expr, ShapeError  # noqa: F401
-from .custom import checkpoint, custom_gradient, custom_jvp, custom_vjp, remat  # noqa: F401
-from . import ad_checkpoint  # noqa: F401,E402  (checkpoint_name, policies)
-from .ad_checkpoint import checkpoint_policies  # noqa: F401,E402
-from .jacobians import hessian, jacfwd, jacrev  # noqa: F401
-from .jit import clear_caches, disable_jit, jit  # noqa: F401
-from .pmap import pmap  # noqa: F401,E402  (issue 14)
-from . import tree  # noqa: F401,E402  (issue 12: jax.tree and more top-level names)
-from . import distributed  # noqa: F401,E402  (issue 14: processes, NCCL collectives)
-from .api_extra import (  # noqa: F401,E402
+from funcgrad import debug, dlpack, io, lax, nn, numpy, optim, random, tree_util  # noqa: F401
+from funcgrad.prims import attention_bwd, attention_lse
+from funcgrad.compile.rewrites import attention as attention_pattern  # noqa: F401,E402  (rules)
+from funcgrad.prims import rows_bwd as fused_bwd
+from funcgrad.compile.rewrites import rows as patterns  # noqa: F401,E402  (rules)
+from funcgrad.transforms.ad import grad, jvp, linearize, stop_gradient, value_and_grad, vjp  # noqa: F401
+from funcgrad.api.devices import default_backend, device_get, device_put, devices, make_jaxpr  # noqa: F401
+from funcgrad.transforms.batching import vmap  # noqa: F401
+from funcgrad.config import config  # noqa: F401
+from funcgrad.core import Array, ClosedExpr, ConcretizationError, Expr, ShapeError  # noqa: F401
+from funcgrad.transforms.custom import checkpoint, custom_gradient, custom_jvp, custom_vjp, remat  # noqa: F401
+from funcgrad import ad_checkpoint  # noqa: F401,E402  (checkpoint_name, policies)
+from funcgrad.ad_checkpoint import checkpoint_policies  # noqa: F401,E402
+from funcgrad.transforms.jacobians import hessian, jacfwd, jacrev  # noqa: F401
+from funcgrad.compile.jit import clear_caches, disable_jit, jit  # noqa: F401
+from funcgrad.transforms.pmap import pmap  # noqa: F401,E402  (issue 14)
+from funcgrad import tree  # noqa: F401,E402  (issue 12: jax.tree and more top-level names)
+from funcgrad import distributed  # noqa: F401,E402  (issue 14: processes, NCCL collectives)
+from funcgrad.api.shapes import (
     ShapeDtypeStruct,
     block_until_ready,
     device_count,
@@ -38,9 +40,9 @@ from .api_extra import (  # noqa: F401,E402
     pure_callback,
     typeof,
 )
-from .jacobians import jacrev as jacobian  # noqa: F401,E402
-from ._devices import Device  # noqa: F401,E402
-from .api_more import (  # noqa: F401,E402
+from funcgrad.transforms.jacobians import jacrev as jacobian  # noqa: F401,E402
+from funcgrad.api.device_objects import Device  # noqa: F401,E402
+from funcgrad.api.processes import (
     default_device,
     default_matmul_precision,
     device_put_replicated,
@@ -53,7 +55,7 @@ from .api_more import (  # noqa: F401,E402
     process_indices,
 )
 
-from .api_config import debug_nans, enable_x64, float0  # noqa: F401,E402
-from ._lax_solvers import closure_convert  # noqa: F401,E402
+from funcgrad.api.config_states import debug_nans, enable_x64, float0  # noqa: F401,E402
+from funcgrad.lax.solvers import closure_convert  # noqa: F401,E402
 
 __version__ = "0.1.0"

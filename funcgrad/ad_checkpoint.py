@@ -4,9 +4,9 @@ from __future__ import annotations
 import types
 from collections.abc import Callable
 
-from . import prims as P
-from .ad import FORWARD_REWRITES, _forward, backward_pass
-from .core import Expr, Primitive, bind, eval_expr
+from funcgrad import prims as P
+from funcgrad.transforms.ad import FORWARD_REWRITES, _forward, backward_pass
+from funcgrad.core import Expr, Primitive, bind, eval_expr
 
 # ---------------------------------------------------------------------------------------------
 # checkpoint_name: an identity primitive that tags a value (jit inlines it away)
@@ -39,7 +39,7 @@ def checkpoint_name(x, name: str):
         >>> round(float(funcgrad.grad(f)(0.0)), 4)
         2.0
     """
-    from .ad import _as_value
+    from funcgrad.transforms.ad import _as_value
     return bind(name_p, _as_value(x), name=str(name))
 
 

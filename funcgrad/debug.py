@@ -5,10 +5,10 @@ import sys
 
 import numpy as np
 
-from . import core
-from .config import config
-from .core import FuncgradError, Primitive, ShapedArray, bind, eval_expr, user_frame_src
-from .tree_util import tree_flatten, tree_unflatten
+from funcgrad import core
+from funcgrad.config import config
+from funcgrad.core import FuncgradError, Primitive, ShapedArray, bind, eval_expr, user_frame_src
+from funcgrad.tree_util import tree_flatten, tree_unflatten
 
 
 def _print_impl(*args, fmt, tree, **_):
@@ -44,7 +44,7 @@ def print(fmt: str, *args, **kwargs) -> None:
         Array([1., 1.], dtype=float32)
     """
     leaves, tree = tree_flatten((args, kwargs))
-    from .ad import _as_value
+    from funcgrad.transforms.ad import _as_value
     bind(debug_print_p, *[_as_value(x) for x in leaves], fmt=fmt, tree=tree)
 
 

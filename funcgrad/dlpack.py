@@ -17,7 +17,7 @@ import ctypes
 
 import numpy as np
 
-from .core import Array, ShapedArray, get_backend
+from funcgrad.core import Array, ShapedArray, get_backend
 
 kDLCPU, kDLCUDA, kDLCUDAManaged = 1, 2, 13
 _CODES = {"i": 0, "u": 1, "f": 2, "b": 6}
@@ -168,7 +168,7 @@ def from_dlpack(x, device: str | None = None) -> Array:
 
 
 def _copy_to(arr: Array, device: str) -> Array:
-    from .core import to_array
+    from funcgrad.core import to_array
     return to_array(arr, device)
 
 

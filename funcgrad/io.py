@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from . import numpy as fnp
-from .core import SUPPORTED_DTYPES, ArrayBase, Tracer
-from .tree_util import (
+from funcgrad import numpy as fnp
+from funcgrad.core import SUPPORTED_DTYPES, ArrayBase, Tracer
+from funcgrad.tree_util import (
     DictKey,
     FlattenedIndexKey,
     GetAttrKey,

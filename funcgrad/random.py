@@ -26,9 +26,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from . import lax
-from . import numpy as fnp
-from .core import ArrayBase, Tracer
+from funcgrad import lax
+from funcgrad import numpy as fnp
+from funcgrad.core import ArrayBase, Tracer
 
 __all__ = [
     "PRNGKey",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ad import jvp, vjp
-from .tree_util import tree_flatten, tree_unflatten
+from funcgrad.transforms.ad import jvp, vjp
+from funcgrad.tree_util import tree_flatten, tree_unflatten
 
 
 def _to64(x):

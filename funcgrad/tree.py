@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from . import tree_util as _tu
+from funcgrad import tree_util as _tu
 
 map = _tu.tree_map  # noqa: A001 - JAX's name
 leaves = _tu.tree_leaves

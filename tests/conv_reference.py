@@ -69,7 +69,7 @@ def conv_configs(draw, st, max_spatial=2, allow_groups=True, nonempty=False):
     padding (negative too), dilations; tiny sizes with 0- and 1-sized axes (none if
     nonempty)."""
     lo = 1 if nonempty else 0
-    from funcgrad.conv import ConvDimensionNumbers
+    from funcgrad.prims.conv import ConvDimensionNumbers
     nsp = draw(st.integers(0, max_spatial))
     nd = nsp + 2
     mode = draw(st.sampled_from(["none", "feature", "batch"] if allow_groups else ["none"]))

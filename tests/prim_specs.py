@@ -478,7 +478,7 @@ def _specs() -> dict[str, PrimSpec]:
     add("dot_general", _make_dot, dtypes=FLOATS + (I32,), diff_argnums=(0, 1),
         domain="random batch/contract/free roles for the lhs axes; shape_case is the lhs",
         tol={F32: (1e-4, 1e-5)})
-    # fused row primitives (funcgrad/fused.py): the last axis is reduced
+    # fused row primitives (funcgrad/prims/rows.py): the last axis is reduced
     add("softmax", _make_rows, diff_argnums=(0,), min_ndim=1, tol=f32_loose)
     add("log_softmax", _make_rows, diff_argnums=(0,), min_ndim=1, tol=f32_loose)
     add("softmax_xent", _make_xent, diff_argnums=(0,), min_ndim=1, supports_shape=_xent_ok,
@@ -514,7 +514,7 @@ def all_cases(names: Sequence[str] | None = None, dtypes: Sequence | None = None
 
 
 # ---------------------------------------------------------------------------------------------
-# issue 12 breadth primitives (funcgrad/prims_ext.py)
+# issue 12 breadth primitives (funcgrad/prims/sorting.py)
 # ---------------------------------------------------------------------------------------------
 
 def _make_argsort(rng, shape, dtype, for_grad):
@@ -534,7 +534,7 @@ SPECS["argsort"] = PrimSpec("argsort", _make_argsort, dtypes=NUMERIC + (BOOL,), 
 
 
 # ---------------------------------------------------------------------------------------------
-# issue 11: backward primitives of the fused row primitives (funcgrad/fused_bwd.py)
+# issue 11: backward primitives of the fused row primitives (funcgrad/prims/rows_bwd.py)
 # ---------------------------------------------------------------------------------------------
 
 def _make_softmax_bwd(log):
@@ -569,12 +569,12 @@ for _name, _make, _ok, _diff in [
 
 
 # ---------------------------------------------------------------------------------------------
-# issue 11: fused flash attention (funcgrad/attention_prim.py); shape case (batch, T, head_dim)
+# issue 11: fused flash attention (funcgrad/prims/attention.py); shape case (batch, T, head_dim)
 # ---------------------------------------------------------------------------------------------
 
 def _make_attention(kind):
     def make(rng, shape, dtype, for_grad):
-        from funcgrad import attention_prim as A
+        from funcgrad.prims import attention as A
         b, t, h = shape
         s, hv = t + 1, max(h - 1, 1)   # T != S; 2 query heads over 1 key/value head (GQA)
         q, k = rand(rng, (b, t, 2, h), dtype), rand(rng, (b, s, 1, h), dtype)
@@ -602,8 +602,8 @@ for _name, _diff in [("attention", (0, 1, 2)), ("attention_stats", (0, 1, 2, 3))
 
 def _make_attention_lse(kind):
     def make(rng, shape, dtype, for_grad):
-        from funcgrad import attention_lse as AL
-        from funcgrad import attention_prim as A
+        from funcgrad.prims import attention_lse as AL
+        from funcgrad.prims import attention as A
         (q, k, v), params = _make_attention("attention")(rng, shape, dtype, for_grad)
         if kind == "attention_fwdl":
             return [q, k, v], params
@@ -622,7 +622,7 @@ for _name, _diff in [("attention_fwdl", (0, 1, 2)), ("attention_delta", (0, 1, 2
 
 
 # ---------------------------------------------------------------------------------------------
-# issue 12: convolutions and windows (funcgrad/conv.py, funcgrad/windows.py)
+# issue 12: convolutions and windows (funcgrad/prims/conv.py, funcgrad/prims/windows.py)
 # ---------------------------------------------------------------------------------------------
 
 def _perm(rng, n):
@@ -632,7 +632,7 @@ def _perm(rng, n):
 def _make_conv(rng, shape, dtype, for_grad):
     """shape_case is the lhs's spatial shape; random layout, strides, padding (negative
     too), dilations and feature or batch groups."""
-    from funcgrad.conv import ConvDimensionNumbers, dilate_dim
+    from funcgrad.prims.conv import ConvDimensionNumbers, dilate_dim
     nsp, nd = len(shape), len(shape) + 2
     mode = int(rng.integers(0, 3))
     fg, bg = (2 if mode == 1 else 1), (2 if mode == 2 else 1)
@@ -693,7 +693,7 @@ def _selected_operand(rng, shape, dtype, for_grad):
 
 def _make_select(kind):
     def make(rng, shape, dtype, for_grad):
-        from funcgrad.windows import WINDOW_KEYS, window_out_shape
+        from funcgrad.prims.windows import WINDOW_KEYS, window_out_shape
         p = _window_params(rng, shape, False)
         p["select_prim"] = str(rng.choice(["ge", "le"]))
         x = _selected_operand(rng, shape, dtype, for_grad)
@@ -723,7 +723,7 @@ SPECS["select_and_scatter_add"] = PrimSpec(
 
 
 # ---------------------------------------------------------------------------------------------
-# issue 12: linalg factorizations (funcgrad/linalg_prims.py, funcgrad/linalg_spectral.py).
+# issue 12: linalg factorizations (funcgrad/prims/linalg.py, funcgrad/prims/linalg_spectral.py).
 # Square primitives read shape_case as batch + (n,) -> (..., n, n) matrices; qr and svd read
 # it as batch + (m, n). Values for gradients keep pivots, eigenvalues and singular values apart.
 # ---------------------------------------------------------------------------------------------
@@ -810,7 +810,7 @@ for _name, _make, _nd, _dom in [
 
 
 # ---------------------------------------------------------------------------------------------
-# issue 13: complex primitives (funcgrad/prims_complex.py)
+# issue 13: complex primitives (funcgrad/prims/complex.py)
 # ---------------------------------------------------------------------------------------------
 
 C64, C128 = np.dtype("complex64"), np.dtype("complex128")

@@ -7,7 +7,7 @@ import pytest
 
 import funcgrad
 import funcgrad.numpy as fnp
-from funcgrad import attention_prim as A
+from funcgrad.prims import attention as A
 from funcgrad import nn
 from funcgrad.core import ShapeError
 from funcgrad.test_util import check_grads

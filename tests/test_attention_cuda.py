@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 import funcgrad
 import funcgrad.numpy as fnp
-from funcgrad import attention_bwd as AB
-from funcgrad import attention_lse as AL
-from funcgrad import attention_prim as A
+from funcgrad.prims import attention_bwd as AB
+from funcgrad.prims import attention_lse as AL
+from funcgrad.prims import attention as A
 from funcgrad import nn
 from funcgrad.core import bind
 from funcgrad.cuda import attention_src as AS

@@ -11,8 +11,8 @@ from attention_cases import unpacked_to_packed
 
 import funcgrad
 import funcgrad.numpy as fnp
-from funcgrad import attention_bwd as AB
-from funcgrad import attention_prim as A
+from funcgrad.prims import attention_bwd as AB
+from funcgrad.prims import attention as A
 from funcgrad import nn
 from funcgrad.core import ShapeError, bind
 from funcgrad.test_util import check_grads

@@ -6,7 +6,8 @@ import pytest
 import funcgrad
 import funcgrad.cuda
 import funcgrad.numpy as fnp
-from funcgrad import clustering, lax, optim
+from funcgrad.compile import clustering
+from funcgrad import lax, optim
 from funcgrad.tree_util import tree_leaves
 
 

@@ -10,14 +10,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import funcgrad
-import funcgrad.control
+import funcgrad.lax.control_flow
 import funcgrad.numpy as fnp
 from funcgrad import grad, jit, lax, vmap
 from funcgrad.test_util import check_grads
 
 
 def test_docstring_examples_run():
-    result = doctest.testmod(funcgrad.control, optionflags=doctest.NORMALIZE_WHITESPACE)
+    result = doctest.testmod(funcgrad.lax.control_flow, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted >= 4 and result.failed == 0
 
 

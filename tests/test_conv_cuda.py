@@ -17,8 +17,11 @@ import funcgrad.cuda as fcuda
 import funcgrad.numpy as fnp
 from funcgrad import lax, nn, optim, prims
 from funcgrad.core import bind
-from funcgrad.windows import (reduce_window_max_p, reduce_window_sum_p,
-                              select_and_scatter_add_p)
+from funcgrad.prims.windows import (
+    reduce_window_max_p,
+    reduce_window_sum_p,
+    select_and_scatter_add_p,
+)
 
 REQUIRE_GPU = os.environ.get("FUNCGRAD_REQUIRE_GPU", "") == "1"
 SIM = fcuda.simulator_active()

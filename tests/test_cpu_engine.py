@@ -131,7 +131,7 @@ def test_concurrent_calls_do_not_share_buffers(monkeypatch, rng):
             if not np.array_equal(got, want[k]):
                 errors.append(k)
 
-    from funcgrad.backends import cpu_blas
+    from funcgrad.backends.cpu import blas as cpu_blas
     one = cpu_blas.one_thread()
     before = one.getn() if one is not None else None
     threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
@@ -221,7 +221,7 @@ def test_kernels_split_over_two_threads_equal_unsplit(monkeypatch, rng):
 def _adaptive(cost):
     """An Adaptive choosing between two ways whose calls cost cost[k] (a list the test may
     change) on a fake clock; returns it and the list of the ways it ran."""
-    from funcgrad.backends.cpu_blas import Adaptive
+    from funcgrad.backends.cpu.blas import Adaptive
     now, used = [0.0], []
 
     def way(k):
@@ -284,7 +284,7 @@ def test_adaptive_looks_back_soon_after_a_few_slow_runs():
 def test_a_costly_lost_try_waits_in_proportion_to_its_cost():
     # way 0 (the pool) stalls at 10x the time of way 1 (one thread): after its first lost
     # try it is retried only after ~REGRET * 9 calls, not after the doubling's 16
-    from funcgrad.backends.cpu_blas import REGRET
+    from funcgrad.backends.cpu.blas import REGRET
     cost = [10.0, 1.0]
     ad, used = _adaptive(cost)
     for _ in range(2000):
@@ -304,7 +304,7 @@ def test_a_cheap_lost_try_keeps_the_doubling_interval():
 
 def test_chunks_run_once_each_without_waiting_for_a_late_helper_and_raise():
     import os as _os
-    from funcgrad.backends.cpu_parallel import Pair, bounds
+    from funcgrad.backends.cpu.parallel import Pair, bounds
     pair, seen = Pair(), []
     for k in range(100):
         pair.run([lambda k=k, j=j: seen.append((j, k)) for j in range(4)])
@@ -323,8 +323,8 @@ def test_chunks_run_once_each_without_waiting_for_a_late_helper_and_raise():
 def test_softmax_xent_twins_equal_the_numpy_impls(monkeypatch, rng, dtype, n):
     # njit twins of softmax_xent and its backward (exp/log left to numpy, numpy's pairwise
     # row sums replicated) give the impls' bits, NaN and infinite logits included
-    from funcgrad import fused, fused_bwd
-    from funcgrad.backends import cpu_rows
+    from funcgrad.prims import rows as fused, rows_bwd as fused_bwd
+    from funcgrad.backends.cpu import rows as cpu_rows
     from funcgrad.core import ShapedArray
     x = (rng.standard_normal((2, 9, n)) * 30).astype(dtype)
     x[0, 0, 0], x[0, 1, -1], x[1, 2, 0] = np.nan, np.inf, -np.inf

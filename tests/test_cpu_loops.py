@@ -1,4 +1,4 @@
-"""Loops in CPU jit plans (funcgrad/backends/cpu_loops.py): bodies run as compiled programs and
+"""Loops in CPU jit plans (funcgrad/backends/cpu/loops.py): bodies run as compiled programs and
 give the numpy path's results (eager, and plans that run loops through loops.run_np)."""
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 import funcgrad
 import funcgrad.numpy as fnp
 from funcgrad import grad, jit, lax
-from funcgrad.backends import cpu_loops, cpu_plan, cpu_steps
-from funcgrad.backends.cpu_plan import CpuPlan
-from funcgrad.loops import EXEC_PRIMS, loop_run_effect_p, loop_run_p
+from funcgrad.backends.cpu import loops as cpu_loops, plan as cpu_plan, steps as cpu_steps
+from funcgrad.backends.cpu.plan import CpuPlan
+from funcgrad.prims.loops import EXEC_PRIMS, loop_run_effect_p, loop_run_p
 from funcgrad.tree_util import tree_leaves
 
 # numpy: the plan's numpy program (bodies too); fused: kernels from the first call, results

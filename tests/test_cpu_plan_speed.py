@@ -84,7 +84,7 @@ def test_constant_fills_are_computed_in_the_kernels_that_read_them(monkeypatch, 
     # CSE shares one broadcast zeros between a ReLU and the backward's select; the kernels
     # compute it in registers, none stores it, and the gradients keep numpy's bits
     from funcgrad import value_and_grad
-    from funcgrad.backends import cpu_steps
+    from funcgrad.backends.cpu import steps as cpu_steps
     from funcgrad.tree_util import tree_leaves
     w = (rng.standard_normal((6, 16)) * 0.5).astype(np.float32)
     b = rng.standard_normal(16).astype(np.float32)

@@ -315,7 +315,7 @@ def test_out_of_range_indices_raise():
             bind(prims.scatter_p, x, idx, upd, axis=0)
     with pytest.raises(IndexError, match=r"take: index 9 is out of bounds .* \(2 of 4 indices"):
         bind(prims.take_p, x, cu(np.array([1, 9, 2, 9], np.int32)), axis=0)
-    from funcgrad.fused import softmax_xent_p
+    from funcgrad.prims.rows import softmax_xent_p
     with pytest.raises(IndexError, match="label 3 is out of range for 3 classes"):
         bind(softmax_xent_p, x, cu(np.array([0, 1, 3, 2], np.int32)))
 

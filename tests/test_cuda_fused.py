@@ -10,7 +10,7 @@ from prim_specs import SPECS
 
 import funcgrad
 import funcgrad.numpy as fnp
-from funcgrad import fused as F
+from funcgrad.prims import rows as F
 from funcgrad import nn
 from funcgrad.core import bind
 

@@ -393,7 +393,7 @@ def test_scan_of_a_checkpointed_body_stacks_only_its_carries():
     # the reverse scan of scan(checkpoint(cell)) recomputes the cell from the saved carry;
     # without checkpoint the forward stacks the cell's values the derivative reads
     from funcgrad import lax
-    from funcgrad.loops import loop_run_p
+    from funcgrad.prims.loops import loop_run_p
     rng = np.random.default_rng(1)
     w, xs = rng.standard_normal((4, 4)) * 0.4, rng.standard_normal((5, 2, 4))
 

@@ -1,4 +1,4 @@
-"""Backward primitives of the fused row primitives (funcgrad/fused_bwd.py): their warp-per-row
+"""Backward primitives of the fused row primitives (funcgrad/prims/rows_bwd.py): their warp-per-row
 CUDA kernels against the numpy impls on hypothesis-drawn shapes (strided operands included),
 and the vjps of nn.layer_norm / rms_norm / softmax / log_softmax / cross-entropy through them."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ from prim_specs import SPECS
 import funcgrad
 import funcgrad.cuda as fcuda
 import funcgrad.numpy as fnp
-from funcgrad import fused_bwd as FB
+from funcgrad.prims import rows_bwd as FB
 from funcgrad import nn
 from funcgrad import prims as P
 from funcgrad.core import bind

@@ -1,4 +1,4 @@
-"""Pattern rewrites (funcgrad/patterns.py): hand-written layer norm / softmax / log_softmax
+"""Pattern rewrites (funcgrad/compile/rewrites/rows.py): hand-written layer norm / softmax / log_softmax
 become the fused primitives, forward and backward, and W2's GPT step plans the fused kernels."""
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def test_rewrite_forward_and_backward(f):
         assert "layer_norm" not in both
     else:
         assert f"{want}_bwd" in both and (f"= {want}[" in both or f"= {want} " in both), both
-        opt, _ = funcgrad.passes.optimize(*funcgrad.core.trace_to_expr(
+        opt, _ = funcgrad.compile.passes.optimize(*funcgrad.core.trace_to_expr(
             lambda *a: [f(*a)], [funcgrad.core.aval_of(fnp.asarray(a)) for a in args])[:2])
         assert any(e.prim.name == want for e in opt.eqns), fwd
     np.testing.assert_allclose(np.asarray(funcgrad.jit(f)(*args)), np.asarray(f(*args)),

@@ -90,6 +90,6 @@ def test_no_import_cycles():
 
 def test_core_imports_no_backend():
     graph = import_graph()
-    for core in ("funcgrad.core", "funcgrad.prims", "funcgrad.ad", "funcgrad.batching"):
+    for core in ("funcgrad.core", "funcgrad.prims", "funcgrad.transforms.ad", "funcgrad.transforms.batching"):
         bad = {d for d in graph[core] if d.startswith(("funcgrad.cuda", "funcgrad.backends"))}
         assert not bad, f"{core} imports a backend: {bad}"

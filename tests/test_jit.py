@@ -378,7 +378,7 @@ def test_jit_of_vmap_and_vmap_of_jit(rng):
 
 def test_cpu_plan_transposed_dots_and_scalar_broadcasts(rng):
     # the CPU plan computes (x . y)^T as y . x and lets numpy broadcast scalars itself
-    from funcgrad.backends.cpu import CpuPlan
+    from funcgrad.backends.cpu.backend import CpuPlan
     a = rng.standard_normal((3, 4))
     b = rng.standard_normal((4, 5))
     c = rng.standard_normal((2, 3, 4))
@@ -404,7 +404,7 @@ def test_cpu_plan_transposed_dots_and_scalar_broadcasts(rng):
 def test_cpu_backend_malloc_tuning_is_on_by_default_and_can_be_turned_off():
     import subprocess
     import sys
-    code = "import funcgrad.backends.cpu as c; print(c.MALLOPT_APPLIED)"
+    code = "import funcgrad.backends.cpu.backend as c; print(c.MALLOPT_APPLIED)"
     env = dict(__import__("os").environ)
     on = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                         check=True).stdout.strip()

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 import funcgrad
 import funcgrad.numpy as fnp
-from funcgrad import _lax_bits, _lax_more, lax
+from funcgrad.lax import bits as _lax_bits, reduce as _lax_more
+from funcgrad import lax
 from funcgrad.test_util import check_grads
 
 _SPECIAL = [0.0, -0.0, np.inf, -np.inf]

@@ -8,7 +8,8 @@ import pytest
 
 import funcgrad
 import funcgrad.numpy as fnp
-from funcgrad import _lax_solvers, lax
+from funcgrad.lax import solvers as _lax_solvers
+from funcgrad import lax
 
 
 def test_doctests():

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import funcgrad
-from funcgrad import _special_gamma, _special_zeta, lax
+from funcgrad.lax import special_gamma as _special_gamma, special_zeta as _special_zeta
+from funcgrad import lax
 from funcgrad.test_util import check_grads
 
 D = np.float64

@@ -407,8 +407,8 @@ def _cpu_kernel(body, dt):
 
 
 def test_kernel_sources_compile_with_numba_and_match_impls():
-    from funcgrad import linalg_prims as LP
-    from funcgrad import linalg_spectral as LS
+    from funcgrad.prims import linalg as LP
+    from funcgrad.prims import linalg_spectral as LS
     from funcgrad.cuda import linalg_kernels as K
     dt, rng = np.float32, np.random.default_rng(7)
     a = rng.standard_normal((2, 4, 4)).astype(dt)

@@ -10,9 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import funcgrad
-import funcgrad.associative
+import funcgrad.lax.associative
 import funcgrad.cuda as fcuda
-import funcgrad.loops
+import funcgrad.prims.loops
 import funcgrad.numpy as fnp
 from funcgrad import grad, jit, jvp, lax, make_jaxpr, vmap
 from funcgrad.test_util import check_grads
@@ -74,18 +74,18 @@ def test_value_and_grad_of_a_scan_runs_one_forward_and_one_backward_scan(rng):
     xs = rng.standard_normal((7, 3)) * 0.1
     vg = jit(funcgrad.value_and_grad(_rnn_loss))
     loops = [e.params["rec"].name for e in vg.lower(w, xs).expr.eqns
-             if e.prim is funcgrad.loops.loop_run_p]
+             if e.prim is funcgrad.prims.loops.loop_run_p]
     assert sorted(loops) == ["bwd(scan)", "fwd(scan)"], loops
     # xs is not differentiated: the reverse scan stacks no cotangent for it (w's and h's only)
     bwd = [e.params["rec"] for e in vg.lower(w, xs).expr.eqns
-           if e.prim is funcgrad.loops.loop_run_p and e.params["rec"].name == "bwd(scan)"]
+           if e.prim is funcgrad.prims.loops.loop_run_p and e.params["rec"].name == "bwd(scan)"]
     assert [a.shape for a in bwd[0].out_avals] == [(3,), (3,)]
     # the forward stacks tanh's output for the derivative: the reverse scan does not run the
     # body's forward again (no tanh, no h * w there)
     bwd_body = bwd[0].bodies[0][0]
     assert not [e for e in bwd_body.eqns if e.prim.name == "tanh"], bwd_body
     traced = make_jaxpr(funcgrad.value_and_grad(_rnn_loss))(w, xs)
-    groups = {id(e.params["rec"]) for e in traced.eqns if e.prim is funcgrad.loops.scan_p}
+    groups = {id(e.params["rec"]) for e in traced.eqns if e.prim is funcgrad.prims.loops.scan_p}
     assert len(groups) == 2
     val, g = vg(w, xs)
     np.testing.assert_allclose(float(val), _rnn_loss_np(w, xs), rtol=1e-12)
@@ -136,17 +136,17 @@ def test_grad_of_a_cond_with_two_results_runs_one_backward_cond():
         check_grads(f, (xx, y), order=2)
         check_grads(jit(f), (xx, y), order=1)
     lo = jit(funcgrad.grad(f, argnums=(0, 1))).lower(x, y)
-    conds = [e.params["rec"].name for e in lo.expr.eqns if e.prim is funcgrad.loops.loop_run_p]
+    conds = [e.params["rec"].name for e in lo.expr.eqns if e.prim is funcgrad.prims.loops.loop_run_p]
     assert sorted(conds) == ["bwd(cond)", "cond"], conds
     np.testing.assert_allclose(np.asarray(funcgrad.grad(f, argnums=1)(x, y)), np.sin(x))
 
 
 def test_each_loop_group_runs_once_under_jit_and_eagerly(monkeypatch):
     runs = []
-    real = funcgrad.loops.run_np
-    monkeypatch.setattr(funcgrad.loops, "run_np", lambda ex, bufs: runs.append(ex.kind)
+    real = funcgrad.prims.loops.run_np
+    monkeypatch.setattr(funcgrad.prims.loops, "run_np", lambda ex, bufs: runs.append(ex.kind)
                         or real(ex, bufs))
-    from funcgrad.backends import cpu_loops   # jit on the CPU runs compiled bodies
+    from funcgrad.backends.cpu import loops as cpu_loops   # jit on the CPU runs compiled bodies
     real_cpu = cpu_loops.run
     monkeypatch.setattr(cpu_loops, "run", lambda ex, bufs, fuse: runs.append(ex.kind)
                         or real_cpu(ex, bufs, fuse))
@@ -338,7 +338,7 @@ def test_associative_scan_matches_cumulative_ops(n, reverse, axis):
 def test_associative_scan_grad_and_docstrings():
     check_grads(lambda x: lax.associative_scan(fnp.multiply, x), (np.linspace(0.5, 1.5, 5),),
                 order=2)
-    for mod in (funcgrad.associative, funcgrad.control):
+    for mod in (funcgrad.lax.associative, funcgrad.lax.control_flow):
         res = doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE)
         assert res.attempted >= 1 and res.failed == 0
 

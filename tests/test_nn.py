@@ -7,7 +7,7 @@ import pytest
 
 import funcgrad
 import funcgrad.numpy as fnp
-from funcgrad import fused as F
+from funcgrad.prims import rows as F
 from funcgrad import nn
 from funcgrad.core import bind
 from funcgrad.test_util import check_grads

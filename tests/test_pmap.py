@@ -221,7 +221,7 @@ def test_errors_name_the_problem_and_the_line():
 
 
 def test_several_gpus_are_not_pretended(monkeypatch):
-    from funcgrad import _devices
+    from funcgrad.api import device_objects as _devices
     monkeypatch.setattr(_devices, "platform_devices",
                         lambda p: [_devices.Device(p, i) for i in range(2)])
     with pytest.raises(NotImplementedError, match="NCCL(.|\n)*issue 14"):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import funcgrad
-from funcgrad import tree_fast
+from funcgrad.compile import tree_fast
 from funcgrad.tree_util import tree_flatten, tree_leaves, tree_unflatten
 
 _sim = pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") != "1",

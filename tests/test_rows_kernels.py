@@ -10,8 +10,8 @@ import pytest
 
 import funcgrad
 import funcgrad.cuda as fcuda
-from funcgrad import fused as F
-from funcgrad import fused_bwd as FB
+from funcgrad.prims import rows as F
+from funcgrad.prims import rows_bwd as FB
 
 SIM = fcuda.simulator_active()
 pytestmark = [pytest.mark.cuda,

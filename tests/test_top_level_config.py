@@ -10,7 +10,7 @@ import pytest
 
 import funcgrad
 import funcgrad.numpy as fnp
-from funcgrad import api_config
+from funcgrad.api import config_states as api_config
 
 
 def test_doctests():

@@ -1,11 +1,11 @@
-"""funcgrad.tree_fast: straight-line flatten/unflatten agree with optree's on drawn pytrees."""
+"""funcgrad.compile.tree_fast: straight-line flatten/unflatten agree with optree's on drawn pytrees."""
 from collections import OrderedDict
 from typing import NamedTuple
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from funcgrad import tree_fast
+from funcgrad.compile import tree_fast
 from funcgrad.tree_util import tree_flatten, tree_unflatten
 
 

@@ -1,7 +1,7 @@
 """Scalar expressions of the elementwise primitives, shared by the CPU and CUDA code generators.
 
 Each op is a Python expression over operand expressions in a compute type, which numba compiles
-in an njit kernel (funcgrad/backends/cpu_ops.py) or a CUDA kernel (funcgrad/cuda/elementwise.py).
+in an njit kernel (funcgrad/backends/cpu/ops.py) or a CUDA kernel (funcgrad/cuda/elementwise.py).
 What both backends spell alike lives here once; `ops` and `helper_templates` take what they
 spell differently (literals of sign, negative integer powers, fmod, erf, abs, typed products in
 the power helper), and each backend adds its own integer division helpers and its own rows

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-from . import runtime
+from funcgrad.cuda import runtime
 
 __all__ = [
     "CudaBackend",
@@ -109,31 +109,31 @@ def memory_stats() -> dict:
     Keys: in_use (blocks backing live arrays), peak (most in_use ever), pool (free blocks cached
     for reuse), driver_allocs / driver_bytes (allocations held from the driver), limit.
     """
-    from .arrays import pool
+    from funcgrad.cuda.arrays import pool
     return pool().stats()
 
 
 def empty_cache() -> None:
     """Return every cached (unused) block to the driver."""
-    from .arrays import pool
+    from funcgrad.cuda.arrays import pool
     pool().empty_cache()
 
 
 def set_memory_limit(nbytes: int | None) -> None:
     """Cap the bytes funcgrad holds from the driver (None: no cap); beyond it, allocations raise
     CudaOutOfMemoryError after emptying the cache."""
-    from .arrays import pool
+    from funcgrad.cuda.arrays import pool
     pool().limit = None if nbytes is None else int(nbytes)
 
 
 def __getattr__(name):
     if name == "CudaBackend":
-        from .backend import CudaBackend
+        from funcgrad.cuda.backend import CudaBackend
         return CudaBackend
     if name == "gemm_backend":   # which GEMM dot_general runs (cuBLAS or numba) and why
-        from .blas import gemm_backend
+        from funcgrad.cuda.blas import gemm_backend
         return gemm_backend
     if name == "CudaOutOfMemoryError":
-        from .arrays import CudaOutOfMemoryError
+        from funcgrad.cuda.arrays import CudaOutOfMemoryError
         return CudaOutOfMemoryError
     raise AttributeError(f"module 'funcgrad.cuda' has no attribute {name!r}")

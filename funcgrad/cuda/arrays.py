@@ -16,7 +16,7 @@ import weakref
 
 import numpy as np
 
-from . import h2d, runtime
+from funcgrad.cuda import h2d, runtime
 
 
 class CudaOutOfMemoryError(MemoryError):

@@ -1,4 +1,4 @@
-"""Flash-attention kernels for funcgrad/attention_prim.py: forward, stats, dq and dkv launches.
+"""Flash-attention kernels for funcgrad/prims/attention.py: forward, stats, dq and dkv launches.
 
 One block per (row tile, head, batch): the rows are queries (forward, stats, dq) or keys (dkv),
 the other side streams through shared memory; every product is a register-tiled GEMM from shared
@@ -16,11 +16,11 @@ import math
 
 import numpy as np
 
-from . import attention_src as AS
-from . import attention_tc as ATC
-from . import runtime
-from .arrays import DeviceBuffer, from_host, pool, to_host
-from .elementwise import compute_t, contiguous, fill, run
+from funcgrad.cuda import attention_src as AS
+from funcgrad.cuda import attention_tc as ATC
+from funcgrad.cuda import runtime
+from funcgrad.cuda.arrays import DeviceBuffer, from_host, pool, to_host
+from funcgrad.cuda.elementwise import compute_t, contiguous, fill, run
 
 
 def _pad_dim(h, hv):
@@ -269,9 +269,9 @@ def delta(o, do, lse, aval):
 
 
 def _lowerings():
-    from .. import attention_bwd as AB
-    from .. import attention_lse as AL
-    from .. import attention_prim as A
+    from funcgrad.prims import attention_bwd as AB
+    from funcgrad.prims import attention_lse as AL
+    from funcgrad.prims import attention as A
 
     def prm(params):
         return params["scale"], params["causal"]

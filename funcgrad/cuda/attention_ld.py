@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from numba.cuda.extending import intrinsic
 
-from .vecmem import vector_load, vector_store
+from funcgrad.cuda.vecmem import vector_load, vector_store
 
 # (x[i], x[i + 1]) and (x[i], ..., x[i + 3]): i a multiple of 2 (4), x's data 16-byte aligned.
 # Declared 8 / 16 bytes aligned whatever the dtype: a float64 tile's 4-word index is only known

@@ -56,9 +56,9 @@ from __future__ import annotations
 
 import math
 
-from .attention_src_bwd import _dkv, _dq, _dqsum, dqsum_shape
-from .attention_src_fwd import _delta2, _fwd2, _fwd_like, _operand
-from .elementwise import compute_t, nbt
+from funcgrad.cuda.attention_src_bwd import _dkv, _dq, _dqsum, dqsum_shape
+from funcgrad.cuda.attention_src_fwd import _delta2, _fwd2, _fwd_like, _operand
+from funcgrad.cuda.elementwise import compute_t, nbt
 
 SMEM_WORDS_BYTES = 48 * 1024
 # (BR, BC, TY, TX[, VEC, U[, PF[, MB[, UK]]]]) in order of preference; the first whose shared

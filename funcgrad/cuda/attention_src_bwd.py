@@ -4,7 +4,7 @@ the dQ partials (_dqsum). Each takes attention_src._Gen `g` and appends source l
 layouts are attention_src's module docstring."""
 from __future__ import annotations
 
-from .attention_src_fwd import _query_rows, _Tile, _zero
+from funcgrad.cuda.attention_src_fwd import _query_rows, _Tile, _zero
 
 
 def _dq(g):

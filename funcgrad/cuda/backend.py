@@ -8,10 +8,10 @@ import threading
 
 import numpy as np
 
-from . import arrays, blas, runtime
-from .arrays import DeviceBuffer, c_strides
-from .elementwise import contiguous
-from .lowering import lower
+from funcgrad.cuda import arrays, blas, runtime
+from funcgrad.cuda.arrays import DeviceBuffer, c_strides
+from funcgrad.cuda.elementwise import contiguous
+from funcgrad.cuda.lowering import lower
 
 _warming = []   # the background warm-up thread, once started
 
@@ -55,7 +55,7 @@ class CudaBackend:
     def __init__(self):
         cuda = runtime.load()
         if not runtime.SIM and not cuda.is_available():
-            from . import unavailable_reason
+            from funcgrad.cuda import unavailable_reason
             raise RuntimeError("the CUDA backend needs a usable NVIDIA GPU: "
                                + unavailable_reason())
         self._cuda = cuda
@@ -98,19 +98,19 @@ class CudaBackend:
         so that its start-up overlaps tracing; FUNCGRAD_COMPILE_EARLY=0 leaves it to the dry
         run's first uncompiled kernel."""
         if os.environ.get("FUNCGRAD_COMPILE_EARLY", "1") != "0":
-            from .compile import start_early
+            from funcgrad.cuda.compile import start_early
             start_early()
 
     def compile(self, expr, consts, donate=()):
         """A Plan (fused kernels + lowered primitives) for an optimized jit expression."""
-        from .plan import Plan
+        from funcgrad.cuda.plan import Plan
         return Plan(self, expr, consts, donate)
 
     def planned_peak(self, plan, avals) -> int:
         """The plan's static peak (planning it on zero-filled arguments if not yet planned)."""
         if plan.layout is None and plan.static_ok:
-            from ..core import Array
-            from .elementwise import fill
+            from funcgrad.core import Array
+            from funcgrad.cuda.elementwise import fill
             args = [Array(fill(self.pool.empty(a.shape, a.dtype), 0), a, "cuda") for a in avals]
             while plan.layout is None and plan.static_ok:
                 plan(args)

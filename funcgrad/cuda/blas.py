@@ -31,7 +31,7 @@ import threading
 
 import numpy as np
 
-from . import blaslt, runtime
+from funcgrad.cuda import blaslt, runtime
 
 # cudaDataType_t and cublasComputeType_t values (cuBLAS's C API)
 CUDA_R = {"float16": 2, "float32": 0, "float64": 1}
@@ -187,7 +187,7 @@ class _Cupy:
 
 
 def _gpu():
-    from . import is_available, unavailable_reason
+    from funcgrad.cuda import is_available, unavailable_reason
     return is_available(), unavailable_reason()
 
 
@@ -294,7 +294,7 @@ def _workspace(macs: int) -> int:
     under "spread" the other lanes in turn for every product. Lane 0 for eager and uncaptured
     calls (they run in stream order)."""
     if not _lanes:
-        from .arrays import base_pool
+        from funcgrad.cuda.arrays import base_pool
         _lanes.extend(base_pool().empty((WORKSPACE,), np.uint8) for _ in range(LANES))
     k = 0
     if runtime._keep is not None:
@@ -313,7 +313,7 @@ def gemm(x, xs, y, ys, out, Bn, M, N, K, precision=None) -> bool:
     (batch, contract, col) element strides are xs / ys from their offsets."""
     if not available(x.dtype) or out.dtype != x.dtype:   # C is written in the operands' type
         return False
-    from .elementwise import contiguous
+    from funcgrad.cuda.elementwise import contiguous
     args = plan(Bn, M, N, K, xs, ys)
     if args is None:   # a layout cuBLAS cannot read: copy the operand(s) it cannot
         if plan(Bn, M, N, K, xs, (0, N, 1)) is None:

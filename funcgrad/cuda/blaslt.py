@@ -21,7 +21,7 @@ import os
 
 import numpy as np
 
-from . import runtime
+from funcgrad.cuda import runtime
 
 CANDIDATES = 8
 REPS = 3

@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 
-from . import runtime
+from funcgrad.cuda import runtime
 
 MIN_KERNELS = 6   # fewer new kernels: compiled in-process unless the server is ready already
 
@@ -104,7 +104,7 @@ def dry_run(plan, bufs, pool=None, start_server=False, disps=None) -> dict:
 
 def _dry(plan, bufs, pool, seen):
     """Run plan's steps in dry-run mode (launches already intercepted by the caller)."""
-    from . import arrays
+    from funcgrad.cuda import arrays
     runtime.dry_run, prev_def = True, runtime._deferred
     runtime._deferred = []
     try:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import prims as P
-from .. import prims_complex as PC
-from ..core import ShapedArray, real_dtype, user_frame_src
-from . import elementwise as ew
-from . import reduce
-from .arrays import from_host, to_host
+from funcgrad import prims as P
+from funcgrad.prims import complex as PC
+from funcgrad.core import ShapedArray, real_dtype, user_frame_src
+from funcgrad.cuda import elementwise as ew
+from funcgrad.cuda import reduce
+from funcgrad.cuda.arrays import from_host, to_host
 
 # elementwise primitives whose scalar ops have complex forms in elementwise.OPS
 _EW_COMPLEX = {"neg", "exp", "log", "tanh", "sin", "cos", "sqrt", "abs", "sign", "add", "sub",

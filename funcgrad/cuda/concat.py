@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import runtime
-from .arrays import DeviceBuffer, pool
+from funcgrad.cuda import runtime
+from funcgrad.cuda.arrays import DeviceBuffer, pool
 
 
 def _merged_stride(shape, strides, dims):

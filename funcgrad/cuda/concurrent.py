@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 
-from . import runtime
+from funcgrad.cuda import runtime
 
 # independent steps run side by side; FUNCGRAD_CONCURRENT_GRAPHS=0 keeps capture's one chain
 CONCURRENT = os.environ.get("FUNCGRAD_CONCURRENT_GRAPHS", "1") != "0"

@@ -16,7 +16,7 @@ import contextlib
 
 import numpy as np
 
-from . import runtime
+from funcgrad.cuda import runtime
 
 _COUNTER = """
 @cuda.jit(cache=True)
@@ -226,7 +226,7 @@ def in_own_graph(fn):
     test). Device checks inside it are raised after the launch (or deferred to the plan's)."""
     import gc
 
-    from ..core import source_info
+    from funcgrad.core import source_info
     cb = _cb()
     if not _own:
         h = _ok(cb.cuStreamCreate(cb.CUstream_flags.CU_STREAM_NON_BLOCKING.value))

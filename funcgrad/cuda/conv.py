@@ -21,13 +21,13 @@ import math
 
 import numpy as np
 
-from .. import conv as C
-from .. import windows as W
-from ..core import ShapedArray
-from . import elementwise as ew
-from . import matmul, runtime
-from .arrays import DeviceBuffer, pool
-from .elementwise import compute_t, nbt
+from funcgrad.prims import conv as C
+from funcgrad.prims import windows as W
+from funcgrad.core import ShapedArray
+from funcgrad.cuda import elementwise as ew
+from funcgrad.cuda import matmul, runtime
+from funcgrad.cuda.arrays import DeviceBuffer, pool
+from funcgrad.cuda.elementwise import compute_t, nbt
 
 
 def _acc_t(dtype) -> str:

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backends import scalar_exprs as sx
-from . import runtime
-from .arrays import DeviceBuffer, c_strides, const, pool, zero_const, zeros
+from funcgrad.backends import scalar_exprs as sx
+from funcgrad.cuda import runtime
+from funcgrad.cuda.arrays import DeviceBuffer, c_strides, const, pool, zero_const, zeros
 
 # ---------------------------------------------------------------------------------------------
 # type helpers and the scalar-op table (shared with the CPU backend: backends/scalar_exprs.py)
@@ -79,7 +79,7 @@ OPS: dict = {
     **sx.ops(sign_consts=_sign_consts, ipow_negative=_ipow_negative, fmod="math.fmod",
              erf=sx.template("math.erf({0})"), abs_=sx.template("abs({0})")),
     "iota": (0, lambda a, t: "i", ()),
-    # complex primitives (funcgrad/prims_complex.py)
+    # complex primitives (funcgrad/prims/complex.py)
     "real": (1, sx.template("({0}).real"), ()),
     "imag": (1, sx.template("({0}).imag"), ()),
     "conj": (1, lambda a, t: f"({a[0]}).conjugate()" if t.c else a[0], ()),

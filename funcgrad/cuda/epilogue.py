@@ -27,10 +27,10 @@ import os
 
 import numpy as np
 
-from .. import prims as P
-from ..core import Var
-from . import fusion, matmul
-from .lowering import lower
+from funcgrad import prims as P
+from funcgrad.core import Var
+from funcgrad.cuda import fusion, matmul
+from funcgrad.cuda.lowering import lower
 
 ENABLED = os.environ.get("FUNCGRAD_GEMM_EPILOGUE", "1") != "0"
 

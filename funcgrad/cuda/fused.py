@@ -1,4 +1,4 @@
-"""Row kernels for the fused last-axis primitives of funcgrad/fused.py: softmax, log_softmax,
+"""Row kernels for the fused last-axis primitives of funcgrad/prims/rows.py: softmax, log_softmax,
 softmax_xent, layer_norm and rms_norm, one block per row (rows of up to 1024 elements take the
 warp-per-row kernels of rows.py instead, except softmax_xent).
 
@@ -9,10 +9,10 @@ impls.
 """
 from __future__ import annotations
 
-from . import rows, runtime
-from .arrays import DeviceBuffer, pool, to_host
-from .elementwise import compute_t, contiguous, nbt
-from .gather import error_flags
+from funcgrad.cuda import rows, runtime
+from funcgrad.cuda.arrays import DeviceBuffer, pool, to_host
+from funcgrad.cuda.elementwise import compute_t, contiguous, nbt
+from funcgrad.cuda.gather import error_flags
 
 
 def _op(kind, a, b):
@@ -107,7 +107,7 @@ def _run(kind, x: DeviceBuffer, extra, out: DeviceBuffer, eps=None, label_dtype=
 def _flat(b: DeviceBuffer):
     b = contiguous(b)
     if b.offset:   # kernels index from 0: re-base through a copy-free view is not possible
-        from .elementwise import run
+        from funcgrad.cuda.elementwise import run
         b = run("copy", [b], b.dtype)
     return b
 
@@ -141,7 +141,7 @@ def _check_labels(err, labels, n):
 
 
 def _bad_label(label, n):
-    from ..core import user_frame_src
+    from funcgrad.core import user_frame_src
     raise IndexError(f"softmax_xent: label {label} is out of range for {n} classes"
                      f"\n  at {user_frame_src()}")
 

@@ -1,4 +1,4 @@
-"""Elementwise fusion for jit on CUDA: one generated kernel per cluster (funcgrad/clustering.py).
+"""Elementwise fusion for jit on CUDA: one generated kernel per cluster (funcgrad/compile/clustering.py).
 
 A cluster is a set of elementwise equations (plus broadcasts of their operands and iotas) that
 produce values of one shape. Its kernel reads each external operand once per element — full,
@@ -13,12 +13,12 @@ import os
 
 import numpy as np
 
-from .. import kernel_files
-from .. import prims as P
-from ..clustering import Cluster, external_inputs, fusible, is_view_bcast  # noqa: F401
-from ..clustering import plan_steps as _plan_steps
-from ..core import Lit, Var
-from .elementwise import compute_t, coordinates, helper_source, nbt, scalar
+from funcgrad.backends import kernel_files
+from funcgrad import prims as P
+from funcgrad.compile.clustering import Cluster, external_inputs, fusible, is_view_bcast  # noqa: F401
+from funcgrad.compile.clustering import plan_steps as _plan_steps
+from funcgrad.core import Lit, Var
+from funcgrad.cuda.elementwise import compute_t, coordinates, helper_source, nbt, scalar
 
 # ---------------------------------------------------------------------------------------------
 # code generation
@@ -252,7 +252,7 @@ class FusedKernel:
 
 
 def plan_steps(expr):
-    """The clustering of funcgrad/clustering.py, with rematerialization, clusters over
+    """The clustering of funcgrad/compile/clustering.py, with rematerialization, clusters over
     MAX_EQNS split into packs of identical parts (fewer kernel sources to compile)."""
     return _plan_steps(expr, rematerialize=True, pack=True)
 
@@ -301,7 +301,7 @@ def layout_of(v, buf, shape) -> str:
 def run_cluster(cache: dict, c: Cluster, env: dict):
     """Launch cluster c's kernel on the values in env (its outputs go to env): the kernel for
     the operands' layouts comes from `cache` (one per plan), compiled once per source."""
-    from . import arrays, runtime
+    from funcgrad.cuda import arrays, runtime
     inputs = external_inputs(c)
     bufs = [env[v] for v in inputs]
     layout = tuple(layout_of(v, b, c.shape) for v, b in zip(inputs, bufs))

@@ -22,9 +22,9 @@ import textwrap
 
 import numpy as np
 
-from . import runtime
-from .arrays import DeviceBuffer, const, from_host, pool, to_host
-from .elementwise import compute_t, contiguous, fill, nbt
+from funcgrad.cuda import runtime
+from funcgrad.cuda.arrays import DeviceBuffer, const, from_host, pool, to_host
+from funcgrad.cuda.elementwise import compute_t, contiguous, fill, nbt
 
 BIG = 2 ** 62
 
@@ -79,7 +79,7 @@ def _report(name, err, idx: DeviceBuffer, N: int):
     count, pos = (int(v) for v in to_host(err))
     if count:
         first = int(to_host(idx.view((), (), idx.offset + pos))[()])
-        from ..core import user_frame_src
+        from funcgrad.core import user_frame_src
         raise IndexError(f"{name}: index {first} is out of bounds for an axis of size {N} "
                          f"({count} of {idx.size} indices out of range)\n  at {user_frame_src()}")
 

@@ -16,7 +16,7 @@ import statistics
 
 import numpy as np
 
-from . import blas, runtime
+from funcgrad.cuda import blas, runtime
 
 SAMPLES = 3   # timed launches per variant
 WARMUP = 1    # untimed first launches per variant (its first replay uploads the graph)

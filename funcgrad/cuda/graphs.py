@@ -26,9 +26,18 @@ from collections import OrderedDict
 
 import numpy as np
 
-from ..core import Array, source_info
-from . import arrays, blas, concurrent, graph_ab, memplan, replay, replay_inplace, runtime
-from .arrays import DeviceBuffer
+from funcgrad.core import Array, source_info
+from funcgrad.cuda import (
+    arrays,
+    blas,
+    concurrent,
+    graph_ab,
+    memplan,
+    replay,
+    replay_inplace,
+    runtime,
+)
+from funcgrad.cuda.arrays import DeviceBuffer
 
 MAX_GRAPHS = 6
 BIG = np.iinfo(np.int64).max

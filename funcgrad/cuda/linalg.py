@@ -10,12 +10,12 @@ import math
 
 import numpy as np
 
-from .. import linalg_prims as LP
-from .. import linalg_spectral as LS
-from . import linalg_kernels as K
-from . import runtime
-from .arrays import DeviceBuffer, from_host, pool, to_host
-from .elementwise import compute_t, contiguous
+from funcgrad.prims import linalg as LP
+from funcgrad.prims import linalg_spectral as LS
+from funcgrad.cuda import linalg_kernels as K
+from funcgrad.cuda import runtime
+from funcgrad.cuda.arrays import DeviceBuffer, from_host, pool, to_host
+from funcgrad.cuda.elementwise import compute_t, contiguous
 
 
 # see qr(): the kernel is exercised by the simulator; set True to run it on a real GPU

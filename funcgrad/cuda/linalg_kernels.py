@@ -227,7 +227,7 @@ def kernel(a, ao, out, work, B, n, lower):
         b += step
 """
 
-# the sign convention of funcgrad.linalg_spectral.fix_signs: column j of u (rows x cols, row
+# the sign convention of funcgrad.prims.linalg_spectral.fix_signs: column j of u (rows x cols, row
 # stride ru) and column j of v (vrows rows, row stride rv) flip so that the entry of largest
 # magnitude of u's column (the first on ties) is positive
 FIX_SIGNS = """

@@ -1,4 +1,4 @@
-"""CUDA lowering of the loop primitives (funcgrad/loops.py): device-side loops in CUDA graphs.
+"""CUDA lowering of the loop primitives (funcgrad/prims/loops.py): device-side loops in CUDA graphs.
 
 A loop's optimized body runs through a `_Body`: fused elementwise clusters (fusion.py) and the
 lowering table, like a jit Plan's steps. The loop's state (the carry, a scan's stacked ys and
@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core import Array, Lit
-from ..loops import ExecRec, loop_out_p, loop_run_effect_p, loop_run_p
-from . import arrays, fusion, runtime
-from . import condgraph as cg
-from . import elementwise as ew
-from .arrays import DeviceBuffer
+from funcgrad.core import Array, Lit
+from funcgrad.prims.loops import ExecRec, loop_out_p, loop_run_effect_p, loop_run_p
+from funcgrad.cuda import arrays, fusion, runtime
+from funcgrad.cuda import condgraph as cg
+from funcgrad.cuda import elementwise as ew
+from funcgrad.cuda.arrays import DeviceBuffer
 
 
 class _Body:
@@ -113,7 +113,7 @@ def _body_pool():
     """Where a body's intermediates go: never the step's pool, so a plan's recorded
     allocations are the same whether its loops run on the host or as conditional nodes."""
     if runtime.dry_run:
-        from .memplan import Recorder
+        from funcgrad.cuda.memplan import Recorder
         return Recorder(arrays.base_pool(), fake=True)
     if cg.device_loops():
         p = _HeldPool()

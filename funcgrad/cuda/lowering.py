@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import fused as FP
-from .. import prims as P
-from ..core import PRIMITIVES, FuncgradError, user_frame_src
-from . import elementwise as ew
-from . import concat, fused, gather, matmul, reduce
-from .arrays import DeviceBuffer, c_strides, from_host, pool
+from funcgrad.prims import rows as FP
+from funcgrad import prims as P
+from funcgrad.core import PRIMITIVES, FuncgradError, user_frame_src
+from funcgrad.cuda import elementwise as ew
+from funcgrad.cuda import concat, fused, gather, matmul, reduce
+from funcgrad.cuda.arrays import DeviceBuffer, c_strides, from_host, pool
 
 CUDA: dict = {}
 
@@ -185,60 +185,60 @@ def _dot_general(bufs, params, aval):
 CUDA[P.dot_general_p] = _dot_general
 
 
-# fused last-axis primitives (funcgrad/fused.py): one block per row -------------------------
+# fused last-axis primitives (funcgrad/prims/rows.py): one block per row -------------------------
 
 CUDA[FP.softmax_p] = lambda bufs, params, aval: fused.softmax(bufs[0])
 CUDA[FP.log_softmax_p] = lambda bufs, params, aval: fused.softmax(bufs[0], log=True)
 CUDA[FP.softmax_xent_p] = lambda bufs, params, aval: fused.softmax_xent(*bufs)
 CUDA[FP.layer_norm_p] = lambda bufs, params, aval: fused.layer_norm(*bufs, params["eps"])
 CUDA[FP.rms_norm_p] = lambda bufs, params, aval: fused.rms_norm(*bufs, params["eps"])
-# their backward primitives (funcgrad/fused_bwd.py): one warp per row (funcgrad/cuda/rows.py)
-from .. import fused_bwd as _FB  # noqa: E402
-from . import rows as _rows  # noqa: E402
+# their backward primitives (funcgrad/prims/rows_bwd.py): one warp per row (funcgrad/cuda/rows.py)
+from funcgrad.prims import rows_bwd as _FB  # noqa: E402
+from funcgrad.cuda import rows as _rows  # noqa: E402
 
 for _p in _FB.BWD_PRIMITIVES:
     CUDA[_p] = (lambda name: lambda bufs, params, aval: _rows.run(
         name, bufs, aval.shape, aval.dtype, params.get("eps")))(_p.name)
 
 
-# breadth primitives of issue 12 (funcgrad/prims_ext.py): argsort ------------------------------
+# breadth primitives of issue 12 (funcgrad/prims/sorting.py): argsort ------------------------------
 
-from . import sorting as _sorting  # noqa: E402
+from funcgrad.cuda import sorting as _sorting  # noqa: E402
 
 CUDA.update(_sorting.LOWERINGS)
 
 
-# fused flash attention (funcgrad/attention_prim.py) ------------------------------------------
+# fused flash attention (funcgrad/prims/attention.py) ------------------------------------------
 
-from . import attention as _attention  # noqa: E402
+from funcgrad.cuda import attention as _attention  # noqa: E402
 
 CUDA.update(_attention.LOWERINGS)
 
 
-# convolutions and windows (funcgrad/conv.py, funcgrad/windows.py) -------------------------
+# convolutions and windows (funcgrad/prims/conv.py, funcgrad/prims/windows.py) -------------------------
 
-from . import conv as _conv  # noqa: E402
+from funcgrad.cuda import conv as _conv  # noqa: E402
 
 CUDA.update(_conv.LOWERINGS)
 
 
-# linalg factorizations (funcgrad/linalg_prims.py, funcgrad/linalg_spectral.py) --------------
+# linalg factorizations (funcgrad/prims/linalg.py, funcgrad/prims/linalg_spectral.py) --------------
 
-from . import linalg as _linalg  # noqa: E402
+from funcgrad.cuda import linalg as _linalg  # noqa: E402
 
 CUDA.update(_linalg.LOWERINGS)
 
 
-# loops and branches (funcgrad/loops.py): bodies run through this table per iteration --------
+# loops and branches (funcgrad/prims/loops.py): bodies run through this table per iteration --------
 
-from . import loops as _loops  # noqa: E402
+from funcgrad.cuda import loops as _loops  # noqa: E402
 
 _loops.register(CUDA)
 
 
 # complex operands (issue 13): only lowerings with complex kernels see them; the rest raise --
 
-from . import complex_ops as _complex_ops  # noqa: E402
+from funcgrad.cuda import complex_ops as _complex_ops  # noqa: E402
 
 _complex_ops.register(CUDA)
 

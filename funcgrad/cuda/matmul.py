@@ -19,10 +19,10 @@ from __future__ import annotations
 import math
 import os
 
-from . import blas, runtime
-from .arrays import DeviceBuffer, pool
-from .elementwise import compute_t, contiguous, nbt
-from .reduce import _collapse
+from funcgrad.cuda import blas, runtime
+from funcgrad.cuda.arrays import DeviceBuffer, pool
+from funcgrad.cuda.elementwise import compute_t, contiguous, nbt
+from funcgrad.cuda.reduce import _collapse
 
 GPU_TILES = {"big": (128, 128, 8, 8, 8), "small": (64, 64, 8, 4, 4)}
 SIM_TILES = (8, 8, 4, 2, 2)

@@ -18,8 +18,8 @@ import weakref
 
 import numpy as np
 
-from . import runtime
-from .arrays import Block, DeviceBuffer, Pool, Raw, c_strides
+from funcgrad.cuda import runtime
+from funcgrad.cuda.arrays import Block, DeviceBuffer, Pool, Raw, c_strides
 
 ALIGN = 256
 

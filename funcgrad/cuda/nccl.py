@@ -22,8 +22,8 @@ import warnings
 
 import numpy as np
 
-from . import runtime
-from .arrays import DeviceBuffer, pool
+from funcgrad.cuda import runtime
+from funcgrad.cuda.arrays import DeviceBuffer, pool
 
 INSTALL = ("NCCL collectives need CuPy's NCCL binding: pip install 'funcgrad[nccl]' (that is "
            "cupy-cuda13x, or cupy-cuda12x for CUDA 12; NCCL comes with the nvidia-nccl wheel)")

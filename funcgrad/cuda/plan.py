@@ -21,9 +21,9 @@ import weakref
 
 import numpy as np
 
-from ..core import Array, Lit, Var, source_info
-from . import arrays, concurrent, epilogue, fusion, memplan, rows_fuse, runtime
-from .lowering import lower
+from funcgrad.core import Array, Lit, Var, source_info
+from funcgrad.cuda import arrays, concurrent, epilogue, fusion, memplan, rows_fuse, runtime
+from funcgrad.cuda.lowering import lower
 
 # FUNCGRAD_PROFILE=1: plans run step by step with a synchronize around each step (no graphs) and
 # add the seconds per step kind to PROFILE; profile_report() prints the largest.
@@ -103,7 +103,7 @@ class Plan:
         bufs = [a.buf for a in args]
         if not self.static_ok:
             if self.calls == 1:   # compiles every kernel: a progress line when that is slow
-                from .compile import prewarm
+                from funcgrad.cuda.compile import prewarm
                 self.compile_info = prewarm(self, bufs)
                 return self._wrap(self._run(bufs, progress=_Progress(len(self.steps))))
             return self._wrap(self._run(bufs))
@@ -157,7 +157,7 @@ class Plan:
     def _plan_dry(self, bufs):
         """Record the step's allocations in a dry run (no memory, no launches) and compile its
         kernels in parallel (compile.py); sets self.layout unless the dry run failed."""
-        from .compile import prewarm
+        from funcgrad.cuda.compile import prewarm
         rec = memplan.Recorder(arrays.pool(), fake=True)
         self.compile_info = prewarm(self, bufs, rec)
         outs = getattr(rec, "outs", None)
@@ -276,7 +276,7 @@ class Plan:
         # graphs from the second call on: the first compiles and loads what the dry run left
         if (self.graphs is None and not runtime.SIM and self.graph_error is None
                 and self.calls >= 2):
-            from .graphs import GraphSet
+            from funcgrad.cuda.graphs import GraphSet
             self.graphs = GraphSet(self)
         if self.graphs is not None:
             if self.graphs.failed():
@@ -310,7 +310,7 @@ class Plan:
 
     def peak_bytes(self, avals) -> int:
         """Arguments + constants + the arena + one result set: a planned call's peak."""
-        from .memplan import _align
+        from funcgrad.cuda.memplan import _align
         args = sum(_align(a.size * a.dtype.itemsize) for a in avals)
         consts = sum(_align(c.size * c.dtype.itemsize) for c in self.consts)
         if self.layout is None:      # not planned (host calls inside): no static figure
@@ -443,7 +443,7 @@ def _reads(kind, s):
 
 def _contiguous(buf, copy=False):
     """A C-contiguous buffer equal to buf (a copy when strided, or when copy=True)."""
-    from . import elementwise as ew
+    from funcgrad.cuda import elementwise as ew
     if copy:
         return ew.run("copy", [buf], buf.dtype)
     return ew.contiguous(buf)

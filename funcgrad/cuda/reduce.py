@@ -19,11 +19,11 @@ import math
 
 import numpy as np
 
-from . import reduce_kernels as RK
-from . import runtime
-from .arrays import DeviceBuffer, pool
-from .elementwise import compute_t, contiguous, nbt, run
-from .fusion import aligned
+from funcgrad.cuda import reduce_kernels as RK
+from funcgrad.cuda import runtime
+from funcgrad.cuda.arrays import DeviceBuffer, pool
+from funcgrad.cuda.elementwise import compute_t, contiguous, nbt, run
+from funcgrad.cuda.fusion import aligned
 
 BIG_INDEX = 2 ** 62
 

@@ -15,8 +15,8 @@ the shape only, so the order never varies).
 """
 from __future__ import annotations
 
-from . import runtime
-from .elementwise import compute_t, nbt
+from funcgrad.cuda import runtime
+from funcgrad.cuda.elementwise import compute_t, nbt
 
 
 def ident(kind, acc) -> str:

@@ -31,9 +31,9 @@ import sys
 from operator import attrgetter, is_not, itemgetter
 from weakref import getweakrefcount
 
-from ..core import Array, DeletedBuffer
-from . import memplan
-from .arrays import DeviceBuffer
+from funcgrad.core import Array, DeletedBuffer
+from funcgrad.cuda import memplan
+from funcgrad.cuda.arrays import DeviceBuffer
 
 _buf = attrgetter("buf")
 _refs = sys.getrefcount

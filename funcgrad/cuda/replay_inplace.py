@@ -28,8 +28,8 @@ from itertools import repeat
 from operator import attrgetter
 from weakref import getweakrefcount
 
-from ..core import Array, DeletedBuffer, user_frame
-from .replay import Held, _buf, _free_ok, _owned, _picker, _refs, launch
+from funcgrad.core import Array, DeletedBuffer, user_frame
+from funcgrad.cuda.replay import Held, _buf, _free_ok, _owned, _picker, _refs, launch
 
 _block = attrgetter("block")
 # what getrefcount reports through map() for an object held by one list and nothing else

@@ -44,9 +44,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import runtime
-from .arrays import DeviceBuffer, pool
-from .elementwise import compute_t, contiguous, fill, nbt
+from funcgrad.cuda import runtime
+from funcgrad.cuda.arrays import DeviceBuffer, pool
+from funcgrad.cuda.elementwise import compute_t, contiguous, fill, nbt
 
 ARGS = {"layer_norm": ["x", "sc", "bi"], "rms_norm": ["x", "sc"], "softmax": ["x"],
         "log_softmax": ["x"], "softmax_bwd": ["y", "c"], "log_softmax_bwd": ["y", "c"],
@@ -314,7 +314,7 @@ def vector_width(dtype, N: int, bufs) -> int:
     """V for runs of V contiguous elements a lane (16-byte accesses) when n is a multiple of V,
     the runs need no more slots than single elements would (or V), and every buffer in `bufs`
     starts aligned for them; else 1."""
-    from .fusion import aligned
+    from funcgrad.cuda.fusion import aligned
     d = np.dtype(dtype)
     V = 4 if d.itemsize <= 4 else 2
     L = geometry()[1]
@@ -326,7 +326,7 @@ def vector_width(dtype, N: int, bufs) -> int:
 def run(kind, ins: list, out_shape, dtype, eps=None, acc=None) -> DeviceBuffer:
     """The row primitive `kind` of contiguous-row operands `ins` (x-like first); `acc` (rows
     shaped like x, norm backward only): the dx rows stored are out(dx) + acc."""
-    from .reduce import _reduce3
+    from funcgrad.cuda.reduce import _reduce3
     x = ins[0]
     N = x.shape[-1]
     R = x.size // N if N else 0

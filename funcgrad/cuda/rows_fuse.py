@@ -1,7 +1,7 @@
 """jit: a norm backward and the residual add of its dx as one row kernel (plan steps "rows").
 
 In a pre-norm transformer block `x + f(norm(x))` the cotangent of x is the residual stream's
-cotangent r plus the norm backward's dx. layer_norm_bwd / rms_norm_bwd (funcgrad/fused_bwd.py)
+cotangent r plus the norm backward's dx. layer_norm_bwd / rms_norm_bwd (funcgrad/prims/rows_bwd.py)
 write dx as the first R rows of a packed [R + k, N] array (the per-column gradients below it),
 a slice and a reshape view those rows, and an elementwise cluster of one `add` makes dx + r:
 one more kernel that reads 2 and writes 1 array of the activations' size. `fuse` gives the norm
@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import os
 
-from .. import fused_bwd as FB
-from .. import prims as P
-from ..core import Var
-from . import rows
-from .arrays import c_strides
-from .epilogue import _readers
+from funcgrad.prims import rows_bwd as FB
+from funcgrad import prims as P
+from funcgrad.core import Var
+from funcgrad.cuda import rows
+from funcgrad.cuda.arrays import c_strides
+from funcgrad.cuda.epilogue import _readers
 
 ENABLED = os.environ.get("FUNCGRAD_ROWS_ACC", "1") != "0"
 _NORMS = {FB.layer_norm_bwd_p: "layer_norm_bwd", FB.rms_norm_bwd_p: "rms_norm_bwd"}

@@ -13,7 +13,7 @@ import traceback
 
 import numpy as np
 
-from .. import kernel_files
+from funcgrad.backends import kernel_files
 
 _lock = threading.Lock()
 _cuda = None          # the numba.cuda module once loaded
@@ -43,7 +43,7 @@ def load():
         if SIM:
             _lock_simulated_shared_arrays()
         else:   # processes sharing the kernel cache compile each kernel signature once
-            from .compile_worker import share_compiles
+            from funcgrad.cuda.compile_worker import share_compiles
             share_compiles()
             _numpy_typing_without_scipy()
         _cuda = cuda
@@ -60,7 +60,7 @@ def _numpy_typing_without_scipy():
     way); scipy stays importable afterwards."""
     if "scipy.linalg.cython_blas" in sys.modules or "numba.cuda.np.arraymath" in sys.modules:
         return   # nothing to save (numba's CPU typing may have imported scipy's top already)
-    from .compile_worker import NoScipy
+    from funcgrad.cuda.compile_worker import NoScipy
     sys.meta_path.insert(0, NoScipy)
     try:
         import numba.cuda.np.arraymath  # noqa: F401
@@ -261,7 +261,7 @@ def host_call(e, read):
     """Run a host-call equation's callback (debug.print, pure_callback) on its operands and
     return its numpy result; in a first call's dry run nothing executes, so neither does the
     callback: zeros of its result stand in."""
-    from ..core import Array
+    from funcgrad.core import Array
     if dry_run:
         return np.zeros(e.out.aval.shape, e.out.aval.dtype)
     ins = [Array(read(x), x.aval, "cuda") for x in e.inputs]
@@ -274,7 +274,7 @@ def check_now_or_later(err, raise_if_bad):
     if _deferred is None:
         raise_if_bad(err)
         return
-    from ..core import user_frame_src
+    from funcgrad.core import user_frame_src
     _deferred.append((err, raise_if_bad, user_frame_src()))
     if _on_defer is not None:
         _on_defer(err)

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import prims_ext as PE
-from . import runtime
-from .arrays import DeviceBuffer, pool
-from .elementwise import compute_t, contiguous
+from funcgrad.prims import sorting as PE
+from funcgrad.cuda import runtime
+from funcgrad.cuda.arrays import DeviceBuffer, pool
+from funcgrad.cuda.elementwise import compute_t, contiguous
 
 
 def _source(dtype) -> str:

@@ -4,9 +4,15 @@ JAX's `jax.distributed` names (initialize, shutdown, is_initialized) plus proces
 collectives (all_reduce, all_gather, reduce_scatter, broadcast, barrier). docs/distributed.md
 describes the design; `python -m funcgrad.distributed.launch -n N script.py` starts a job.
 """
-from .buckets import BUCKET_BYTES, BucketPlan
-from .comm import all_gather, all_reduce, broadcast, communicator, reduce_scatter
-from .process import (
+from funcgrad.distributed.buckets import BUCKET_BYTES, BucketPlan
+from funcgrad.distributed.comm import (
+    all_gather,
+    all_reduce,
+    broadcast,
+    communicator,
+    reduce_scatter,
+)
+from funcgrad.distributed.process import (
     barrier,
     blocking_key_value_get,
     initialize,
@@ -16,7 +22,7 @@ from .process import (
     process_index,
     shutdown,
 )
-from .rendezvous import RendezvousError
+from funcgrad.distributed.rendezvous import RendezvousError
 
 sync_global_devices = barrier   # JAX's multihost_utils name
 

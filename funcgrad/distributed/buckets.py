@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core import Array, ShapedArray
-from ..tree_util import tree_flatten, tree_unflatten
+from funcgrad.core import Array, ShapedArray
+from funcgrad.tree_util import tree_flatten, tree_unflatten
 
 BUCKET_BYTES = 25 << 20
 
@@ -85,12 +85,12 @@ class BucketPlan:
         return [Array(o, ShapedArray(o.shape, o.dtype), "cpu") for o in out]
 
     def _flatten_cuda(self, leaves):
-        from ..cuda import arrays, nccl
-        from ..cuda.elementwise import contiguous
+        from funcgrad.cuda import arrays, nccl
+        from funcgrad.cuda.elementwise import contiguous
         bufs = [arrays.pool().empty((size,), dt) for dt, size in self.buckets]
         for x, a, (b, off) in zip(leaves, self.avals, self.slots):
             if not isinstance(x, Array) or x.device != "cuda":
-                from ..api import device_put
+                from funcgrad.api.devices import device_put
                 x = device_put(np.asarray(x, a.dtype), "cuda")
             src = contiguous(x.buf)
             if src.dtype != a.dtype:
@@ -109,7 +109,7 @@ class BucketPlan:
         for a, (b, off) in zip(self.avals, self.slots):
             x = buckets[b]
             if isinstance(x, Array) and x.device == "cuda":
-                from ..cuda.arrays import c_strides
+                from funcgrad.cuda.arrays import c_strides
                 buf = x.buf
                 view = buf.view(a.shape, c_strides(a.shape), buf.offset + off)
                 leaves.append(Array(view, a, "cuda"))

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core import Array, Tracer
-from ..tree_util import tree_flatten, tree_map, tree_unflatten
-from . import process
-from .buckets import BUCKET_BYTES, BucketPlan
+from funcgrad.core import Array, Tracer
+from funcgrad.tree_util import tree_flatten, tree_map, tree_unflatten
+from funcgrad.distributed import process
+from funcgrad.distributed.buckets import BUCKET_BYTES, BucketPlan
 
 _plans: dict = {}
 NO_TRANSPORT = ("cross-process collectives need the CUDA backend with NCCL (funcgrad has no CPU "
@@ -27,7 +27,7 @@ def _backend(leaves, what) -> str:
                             "a traced function; inside jit/pmap use funcgrad.lax.psum/pmean")
     on_gpu = any(isinstance(x, Array) and x.device == "cuda" for x in leaves)
     if on_gpu and process.is_initialized():
-        from ..cuda import runtime
+        from funcgrad.cuda import runtime
         if not runtime.sim_requested():
             return "nccl"
         why = "these arrays are on numba's CUDA simulator, which has no NCCL"
@@ -44,7 +44,7 @@ def communicator():
     the rendezvous hands it to the others, and every process joins once all are present."""
     job = process.job()
     if not job.comms:
-        from ..cuda import nccl
+        from funcgrad.cuda import nccl
         process.check_alive()
         key = "nccl/unique_id"
         if job.process_id == 0:
@@ -183,15 +183,15 @@ def reduce_scatter(tree, op: str = "sum"):
 def _on_gpu(x):
     if isinstance(x, Array) and x.device == "cuda":
         return x
-    from ..api import device_put
+    from funcgrad.api.devices import device_put
     return device_put(np.asarray(x), "cuda")
 
 
 def _contiguous(x):
-    from ..cuda.elementwise import contiguous
+    from funcgrad.cuda.elementwise import contiguous
     return contiguous(x.buf)
 
 
 def _aval(buf):
-    from ..core import ShapedArray
+    from funcgrad.core import ShapedArray
     return ShapedArray(buf.shape, buf.dtype)

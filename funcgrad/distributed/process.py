@@ -7,7 +7,7 @@ import os
 import sys
 import threading
 
-from .rendezvous import Client, RendezvousError, Server
+from funcgrad.distributed.rendezvous import Client, RendezvousError, Server
 
 _state = None            # the _Job of this process once initialize() ran
 _lock = threading.Lock()

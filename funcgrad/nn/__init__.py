@@ -1,11 +1,11 @@
 """funcgrad.nn: activations, fused softmax/normalizations/losses, attention, RoPE, initializers.
 
 softmax, log_softmax, softmax_cross_entropy_with_integer_labels, layer_norm and rms_norm are
-fused primitives (funcgrad/fused.py); the rest are compositions of funcgrad.numpy operations.
+fused primitives (funcgrad/prims/rows.py); the rest are compositions of funcgrad.numpy operations.
 """
-from . import initializers  # noqa: F401
-from ._attention import apply_rotary, dot_product_attention, rotary_embedding  # noqa: F401
-from ._functions import (  # noqa: F401
+from funcgrad.nn import initializers  # noqa: F401
+from funcgrad.nn._attention import apply_rotary, dot_product_attention, rotary_embedding  # noqa: F401
+from funcgrad.nn._functions import (
     dropout,
     embedding,
     gelu,
@@ -23,9 +23,5 @@ from ._functions import (  # noqa: F401
     softplus,
     swish,
 )
-from ._activations import *  # noqa: E402,F401,F403  (issue 12: the rest of jax.nn)
-from ._scaled import (  # noqa: E402,F401  (block-scaled matmuls)
-    get_scaled_dot_general_config,
-    scaled_dot_general,
-    scaled_matmul,
-)
+from funcgrad.nn._activations import *  # noqa: E402,F401,F403  (issue 12: the rest of jax.nn)
+from funcgrad.nn._scaled import get_scaled_dot_general_config, scaled_dot_general, scaled_matmul

@@ -10,8 +10,8 @@ import math
 
 import numpy as np
 
-from .. import numpy as fnp
-from ._functions import logsumexp, sigmoid, softplus
+from funcgrad import numpy as fnp
+from funcgrad.nn._functions import logsumexp, sigmoid, softplus
 
 
 def _f(x):

@@ -5,12 +5,12 @@ import math
 
 import numpy as np
 
-from .. import fused as F
-from .. import numpy as fnp
-from .. import prims as P
-from ..attention_prim import MAX_HEAD_DIM, _params, attention_p, attention_precision
-from ..core import bind
-from ._functions import _float_dtype
+from funcgrad.prims import rows as F
+from funcgrad import numpy as fnp
+from funcgrad import prims as P
+from funcgrad.prims.attention import MAX_HEAD_DIM, _params, attention_p, attention_precision
+from funcgrad.core import bind
+from funcgrad.nn._functions import _float_dtype
 
 
 def _large_negative(dtype):
@@ -30,7 +30,7 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
     """Scaled dot-product attention with jax.nn.dot_product_attention's shapes.
 
     softmax(query . key / sqrt(head_dim) + bias, masked) . value. Without bias and mask (causal
-    or not) it is one fused flash-attention primitive (funcgrad/attention_prim.py): no
+    or not) it is one fused flash-attention primitive (funcgrad/prims/attention.py): no
     T x S buffer forward or backward, heads read in place through strides. With a bias or
     a mask it is composed (logits, the fused softmax primitive, a contraction).
     Grouped-query (and multi-query) attention: key/value may have K heads where K divides

@@ -5,12 +5,12 @@ import math
 
 import numpy as np
 
-from .. import fused as F
-from .. import numpy as fnp
-from .. import prims as P
-from ..ad import stop_gradient
-from ..core import bind
-from ..numpy._base import norm_axes
+from funcgrad.prims import rows as F
+from funcgrad import numpy as fnp
+from funcgrad import prims as P
+from funcgrad.transforms.ad import stop_gradient
+from funcgrad.core import bind
+from funcgrad.numpy._base import norm_axes
 
 # ---------------------------------------------------------------------------------------------
 # helpers
@@ -317,6 +317,6 @@ def dropout(key, rate: float, x, deterministic: bool = False):
         return x
     if rate == 1.0:
         return fnp.zeros_like(x)
-    from .. import random as frandom  # lazily: funcgrad.random imports funcgrad.numpy
+    from funcgrad import random as frandom  # lazily: funcgrad.random imports funcgrad.numpy
     keep = frandom.bernoulli(key, 1.0 - rate, tuple(x.shape))
     return _dropout_mask(keep, rate, x)

@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import numpy as fnp
-from .._lax_bits import _exponent
-from ..custom import custom_vjp
-from ..lax import dot_general
+from funcgrad import numpy as fnp
+from funcgrad.lax.bits import _exponent
+from funcgrad.transforms.custom import custom_vjp
+from funcgrad.lax import dot_general
 
 # narrow formats: (mantissa bits, smallest normal exponent, largest finite value)
 _FORMATS = {"float8_e4m3fn": (3, -6, 448.0), "float4_e2m1fn": (1, 0, 6.0),
@@ -123,7 +123,7 @@ def _round_to(v, fmt):
 
 def _e8m0_round_up(s, dtype):
     """JAX's cast_to_e8m0_with_rounding_up then e8m0_to_dtype, on float32 values."""
-    from .._lax_bits import bitcast_convert_type
+    from funcgrad.lax.bits import bitcast_convert_type
     bits = bitcast_convert_type(fnp.asarray(s, np.float32), np.int32)
     exp = fnp.right_shift(bits, np.int32(23)) & 0xFF
     mant = bits & 0x7FFFFF

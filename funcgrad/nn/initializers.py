@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .. import numpy as fnp
+from funcgrad import numpy as fnp
 
 Initializer = Callable  # init(key, shape, dtype=float32) -> array
 
@@ -18,7 +18,7 @@ _F32 = np.dtype(np.float32)
 
 
 def _random():
-    from .. import random  # lazily: funcgrad.random is a sibling module built on funcgrad.numpy
+    from funcgrad import random  # lazily: funcgrad.random is a sibling module built on funcgrad.numpy
     return random
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core import _backend_factories, _cuda_usable, default_device
+from funcgrad.core import _backend_factories, _cuda_usable, default_device
 
 __array_api_version__ = "2025.12"
 
@@ -77,7 +77,7 @@ class _Info:
 
 
 def _dt(name):
-    from . import _base
+    from funcgrad.numpy import _base
     return getattr(_base, "bool_" if name == "bool" else name)
 
 
@@ -103,7 +103,7 @@ class finfo:  # noqa: N801  (numpy's and the standard's name)
     """
 
     def __init__(self, type):   # noqa: A002  (the standard's parameter name)
-        from ._base import canonical_dtype
+        from funcgrad.numpy._base import canonical_dtype
         dt = canonical_dtype(getattr(type, "dtype", type))
         if dt.kind not in "fc":
             raise ValueError(f"finfo: {dt.name} is not a floating or complex dtype")

@@ -5,8 +5,8 @@ import builtins
 
 import numpy as np
 
-from .. import prims
-from ..core import (
+from funcgrad import prims
+from funcgrad.core import (
     SUPPORTED_DTYPES,
     ArrayBase,
     ShapeError,

@@ -12,12 +12,12 @@ import math
 
 import numpy as np
 
-from .. import prims as P
-from .. import prims_complex as PC
-from . import _extra_math as R
-from . import _ufuncs as U
-from ._extra_math import _fl, arctan2, hypot, signbit
-from ._ufuncs import (
+from funcgrad import prims as P
+from funcgrad.prims import complex as PC
+from funcgrad.numpy import _elementwise as R
+from funcgrad.numpy import _ufuncs as U
+from funcgrad.numpy._elementwise import _fl, arctan2, hypot, signbit
+from funcgrad.numpy._ufuncs import (
     abs,
     cos,
     equal,

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..conv_api import conv_general_dilated
-from ..core import user_frame_src
-from ._base import asarray, reshape, result_type
-from ._shape import flip
+from funcgrad.prims.convolution import conv_general_dilated
+from funcgrad.core import user_frame_src
+from funcgrad.numpy._base import asarray, reshape, result_type
+from funcgrad.numpy._shape import flip
 
 
 def _conv1d(op, a, v, mode, preferred_element_type):

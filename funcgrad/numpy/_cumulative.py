@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import prims as P
-from ..core import bind, is_float
-from ._base import _norm_axis, asarray, canonical_dtype, reshape
-from ._shape import concatenate, flip, moveaxis, ravel
-from ._ufuncs import isnan, maximum, minimum, multiply, sum, where
+from funcgrad import prims as P
+from funcgrad.core import bind, is_float
+from funcgrad.numpy._base import _norm_axis, asarray, canonical_dtype, reshape
+from funcgrad.numpy._shape import concatenate, flip, moveaxis, ravel
+from funcgrad.numpy._ufuncs import isnan, maximum, minimum, multiply, sum, where
 
 
 def _shift_mask(n, k, ndim, axis):
@@ -108,7 +108,7 @@ def _with_initial(fn, identity):
             ax = _norm_axis(axis, out.ndim, fn.__name__)
             shape = list(out.shape)
             shape[ax] = 1
-            from ._base import full
+            from funcgrad.numpy._base import full
             out = concatenate([full(shape, identity, out.dtype), out], ax)
         return out
     return f
@@ -126,7 +126,7 @@ def diff(a, n=1, axis=-1, prepend=None, append=None):
     """numpy.diff: the n-th discrete difference along axis."""
     x = asarray(a)
     ax = _norm_axis(axis, x.ndim, "diff")
-    from ._base import broadcast_to
+    from funcgrad.numpy._base import broadcast_to
 
     def edge(e):
         e = asarray(e)

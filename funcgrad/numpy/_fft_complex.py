@@ -1,17 +1,17 @@
 """The discrete Fourier transforms of numpy.fft / the array API fft extension.
 
-Each 1-D transform is the fft primitive (funcgrad/prims_complex.py: numpy's FFT on the CPU,
+Each 1-D transform is the fft primitive (funcgrad/prims/complex.py: numpy's FFT on the CPU,
 no CUDA kernel yet) along one axis, after cutting or zero-padding to n, times the norm's scale.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .. import prims_complex as PC
-from ..core import bind
-from ._base import asarray, norm_axes
-from ._extra_math import conjugate, real
-from ._shape import concatenate, flip, pad
+from funcgrad.prims import complex as PC
+from funcgrad.core import bind
+from funcgrad.numpy._base import asarray, norm_axes
+from funcgrad.numpy._elementwise import conjugate, real
+from funcgrad.numpy._shape import concatenate, flip, pad
 
 _NORMS = ("backward", "ortho", "forward")
 

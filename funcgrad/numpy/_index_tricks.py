@@ -12,9 +12,9 @@ import builtins
 
 import numpy as np
 
-from .. import prims as P
-from ..core import ArrayBase
-from ._base import (
+from funcgrad import prims as P
+from funcgrad.core import ArrayBase
+from funcgrad.numpy._base import (
     _norm_axis,
     arange,
     asarray,
@@ -24,7 +24,7 @@ from ._base import (
     result_type,
     zeros,
 )
-from ._shape import (
+from funcgrad.numpy._shape import (
     concatenate,
     expand_dims,
     flip,
@@ -35,7 +35,7 @@ from ._shape import (
     take,
     transpose,
 )
-from ._ufuncs import sum, where
+from funcgrad.numpy._ufuncs import sum, where
 
 
 def _i32(a):
@@ -132,7 +132,7 @@ def diag_indices_from(arr):
 
 def tri(N, M=None, k=0, dtype=None):
     """Ones on and below the k-th diagonal (float32 by default)."""
-    from ._base import canonical_dtype
+    from funcgrad.numpy._base import canonical_dtype
     return asarray(np.tri(N, M, k, dtype=canonical_dtype(dtype) or np.float32))
 
 
@@ -192,7 +192,7 @@ def meshgrid(*xi, copy=True, sparse=False, indexing="xy"):
 
 def indices(dimensions, dtype=None, sparse=False):
     """numpy.indices: a grid of index arrays (int32)."""
-    from ._base import canonical_dtype
+    from funcgrad.numpy._base import canonical_dtype
     dt = canonical_dtype(dtype) or np.dtype(np.int32)
     dims = tuple(int(d) for d in dimensions)
     outs = []
@@ -203,7 +203,7 @@ def indices(dimensions, dtype=None, sparse=False):
         outs.append(g if sparse else broadcast_to(g, dims))
     if sparse:
         return tuple(outs)
-    from ._shape import stack
+    from funcgrad.numpy._shape import stack
     return stack(outs) if outs else zeros((0,), dt)
 
 
@@ -226,7 +226,7 @@ def _grid_axis(s):
     start = 0 if s.start is None else s.start
     step = 1 if s.step is None else s.step
     if isinstance(step, complex):
-        from ._base import linspace
+        from funcgrad.numpy._base import linspace
         return linspace(start, s.stop, int(builtins.abs(step)), dtype=np.float32)
     return arange(start, s.stop, step)
 
@@ -243,7 +243,7 @@ class _Grid:
         grids = meshgrid(*[asarray(a, dt) for a in axes], indexing="ij", sparse=self.sparse)
         if self.sparse:
             return grids
-        from ._shape import stack
+        from funcgrad.numpy._shape import stack
         return stack(grids)
 
 
@@ -390,7 +390,7 @@ def roll(a, shift, axis=None):
         if n == 0:
             continue
         if isinstance(s, ArrayBase):   # traced shift: a gather with wrapped indices
-            from ._ufuncs import remainder
+            from funcgrad.numpy._ufuncs import remainder
             idx = remainder(arange(n, dtype=np.int32) - asarray(s, np.int32), n)
             x = take(x, idx, axis=ax)
             continue
@@ -434,7 +434,7 @@ def resize(a, new_shape):
     if x.shape[0] == 0:
         return zeros(shape, x.dtype)
     reps = -(-n // x.shape[0])
-    from ._shape import tile
+    from funcgrad.numpy._shape import tile
     return reshape(tile(x, reps)[:n], shape)
 
 
@@ -496,7 +496,7 @@ def ravel_multi_index(multi_index, dims, mode="raise", order="C"):
     for i, d in zip(multi_index, dims):
         i = asarray(i)
         if mode == "clip":
-            from ._ufuncs import clip
+            from funcgrad.numpy._ufuncs import clip
             i = clip(i, 0, d - 1)
         elif mode == "wrap":
             i = i % d
@@ -521,13 +521,13 @@ def select(condlist, choicelist, default=0):
 def choose(a, choices, out=None, mode="raise"):
     """numpy.choose: out[i] = choices[a[i]][i] (mode 'raise', 'wrap' or 'clip')."""
     idx = asarray(a)
-    from ._shape import stack
+    from funcgrad.numpy._shape import stack
     ch = stack(_broadcast_choices(*choices, idx))
     n = ch.shape[0]
     if mode == "wrap":
         idx = idx % n
     elif mode == "clip":
-        from ._ufuncs import clip
+        from funcgrad.numpy._ufuncs import clip
         idx = clip(idx, 0, n - 1)
     out_v = ch[0]
     for k in range(1, n):
@@ -566,12 +566,12 @@ def put(a, ind, v, mode=None, *, inplace=True):
     idx = ravel(asarray(ind))
     vals = ravel(asarray(v, x.dtype))
     if vals.shape[0] != idx.shape[0]:
-        from ._shape import tile
+        from funcgrad.numpy._shape import tile
         vals = tile(vals, -(-idx.shape[0] // builtins.max(vals.shape[0], 1)))[:idx.shape[0]]
     if mode == "wrap":
         idx = idx % flat.shape[0]
     elif mode == "clip":
-        from ._ufuncs import clip
+        from funcgrad.numpy._ufuncs import clip
         idx = clip(idx, 0, flat.shape[0] - 1)
     return reshape(flat.at[idx].set(vals), x.shape)
 
@@ -582,7 +582,7 @@ def place(arr, mask, vals, *, inplace=True):
         raise ValueError("funcgrad arrays are immutable: call place(..., inplace=False)")
     x = asarray(arr)
     m = ravel(asarray(mask, np.bool_))
-    from ._cumulative import cumsum
+    from funcgrad.numpy._cumulative import cumsum
     k = cumsum(asarray(m, np.int32)) - 1
     v = ravel(asarray(vals, x.dtype))
     if v.shape[0] == 0:
@@ -614,15 +614,15 @@ def vander(x, N=None, increasing=False):
     pw = arange(n, dtype=np.int32)
     if not increasing:
         pw = flip(pw, 0)
-    from ._ufuncs import power
+    from funcgrad.numpy._ufuncs import power
     cols = [power(x, int(p)) for p in np.asarray(pw)]
-    from ._shape import stack
+    from funcgrad.numpy._shape import stack
     return stack(cols, axis=1) if cols else zeros((x.shape[0], 0), x.dtype)
 
 
 def apply_along_axis(func1d, axis, arr, *args, **kwargs):
     """numpy.apply_along_axis via vmap over every other axis."""
-    from ..batching import vmap
+    from funcgrad.transforms.batching import vmap
     x = asarray(arr)
     ax = _norm_axis(axis, x.ndim, "apply_along_axis")
     x = moveaxis(x, ax, -1)

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import prims as P
-from ..core import ArrayBase, Tracer, bind, is_int, user_frame_src
-from ._base import asarray, broadcast_to, reshape
-from ._shape import checked_index, guard_index, transpose
+from funcgrad import prims as P
+from funcgrad.core import ArrayBase, Tracer, bind, is_int, user_frame_src
+from funcgrad.numpy._base import asarray, broadcast_to, reshape
+from funcgrad.numpy._shape import checked_index, guard_index, transpose
 
 
 def _is_array_index(i):
@@ -172,7 +172,7 @@ def _advanced(y, adv, adjacent):
 
 
 def _combine(lin, term, total):
-    from ._ufuncs import logical_or, where
+    from funcgrad.numpy._ufuncs import logical_or, where
     bad = logical_or(lin < 0, term < 0)
     return where(bad, -total - 1, lin + term)
 
@@ -226,7 +226,7 @@ class _IndexUpdateRef:
         return self._scatter(P.scatter_add_p, x, values)
 
     def multiply(self, values):
-        from ._base import ones_like
+        from funcgrad.numpy._base import ones_like
         x = asarray(self.x)
         groups = self._repeats()
         if groups is None:
@@ -237,11 +237,11 @@ class _IndexUpdateRef:
         return reshape(flat * factors, x.shape)
 
     def min(self, values):
-        from ._ufuncs import minimum
+        from funcgrad.numpy._ufuncs import minimum
         return self._minmax(values, minimum, "min")
 
     def max(self, values):
-        from ._ufuncs import maximum
+        from funcgrad.numpy._ufuncs import maximum
         return self._minmax(values, maximum, "max")
 
     def _minmax(self, values, op, kind):
@@ -280,10 +280,10 @@ class _IndexUpdateRef:
 
     def _combine(self, values, groups, kind):
         """Each repeated position's updates reduced to one (product, min or max)."""
-        from ._shape import concatenate
-        from ._ufuncs import max as _max
-        from ._ufuncs import min as _min
-        from ._ufuncs import prod
+        from funcgrad.numpy._shape import concatenate
+        from funcgrad.numpy._ufuncs import max as _max
+        from funcgrad.numpy._ufuncs import min as _min
+        from funcgrad.numpy._ufuncs import prod
         shape, uniq, pos = groups
         v = reshape(broadcast_to(asarray(values, self.x.dtype), shape), (-1,))
         if kind == "prod":  # pad with a 1 appended after the updates

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import string
 
-from .. import prims as P
-from .. import prims_complex as PC
-from ..core import type_error
-from ._base import asarray, broadcast_shapes, broadcast_to, reshape, result_type
-from ._shape import transpose
-from ._ufuncs import sum
+from funcgrad import prims as P
+from funcgrad.prims import complex as PC
+from funcgrad.core import type_error
+from funcgrad.numpy._base import asarray, broadcast_shapes, broadcast_to, reshape, result_type
+from funcgrad.numpy._shape import transpose
+from funcgrad.numpy._ufuncs import sum
 
 
 def _promote2(op, a, b):

@@ -3,19 +3,28 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import linalg_prims as LP
-from .. import prims_complex as PC
-from ..core import type_error
-from ._base import asarray, broadcast_shapes, broadcast_to, reshape
-from ._index_tricks import diagonal as _diagonal
-from ._index_tricks import matrix_transpose as _matrix_transpose
-from ._linalg_ext import _inexact, _matrix, inv, svdvals
-from ._shape import expand_dims, moveaxis, stack, squeeze
-from ._ufuncs import abs as _abs
-from ._ufuncs import any as _any
-from ._ufuncs import isnan, logical_and, logical_not, not_equal, power, sqrt, sum, where
-from ._ufuncs import max as _max
-from ._ufuncs import min as _min
+from funcgrad.prims import linalg as LP
+from funcgrad.prims import complex as PC
+from funcgrad.core import type_error
+from funcgrad.numpy._base import asarray, broadcast_shapes, broadcast_to, reshape
+from funcgrad.numpy._index_tricks import diagonal as _diagonal
+from funcgrad.numpy._index_tricks import matrix_transpose as _matrix_transpose
+from funcgrad.numpy._linalg_decomp import _inexact, _matrix, inv, svdvals
+from funcgrad.numpy._shape import expand_dims, moveaxis, stack, squeeze
+from funcgrad.numpy._ufuncs import abs as _abs
+from funcgrad.numpy._ufuncs import any as _any
+from funcgrad.numpy._ufuncs import (
+    isnan,
+    logical_and,
+    logical_not,
+    not_equal,
+    power,
+    sqrt,
+    sum,
+    where,
+)
+from funcgrad.numpy._ufuncs import max as _max
+from funcgrad.numpy._ufuncs import min as _min
 
 _VECTOR = "None, 2, 1, 0, inf, -inf or another number"
 _MATRIX = "None, 'fro', 'nuc', 1, -1, 2, -2, inf or -inf"
@@ -205,7 +214,7 @@ def outer(x1, x2, /):
 
 
 def _promoted(*xs):
-    from ._base import result_type
+    from funcgrad.numpy._base import result_type
     dt = result_type(*xs)
     return [asarray(x, dt) for x in xs]
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import prims as P
-from ..core import ArrayBase, bind, is_int, type_error
-from ._base import (
+from funcgrad import prims as P
+from funcgrad.core import ArrayBase, bind, is_int, type_error
+from funcgrad.numpy._base import (
     _norm_axis,
     asarray,
     broadcast_shapes,
@@ -15,7 +15,7 @@ from ._base import (
     result_type,
     value_error,
 )
-from ._ufuncs import logical_or, where
+from funcgrad.numpy._ufuncs import logical_or, where
 
 
 def transpose(a, axes=None):

@@ -11,12 +11,12 @@ import builtins
 
 import numpy as np
 
-from .. import prims as P
-from ..core import ConcretizationError, Tracer, bind, is_float, user_frame_src
-from ..prims_ext import argsort_p
-from ._base import _norm_axis, arange, asarray, full, reshape, result_type
-from ._shape import concatenate, flip, moveaxis, ravel, take, take_along_axis
-from ._ufuncs import (
+from funcgrad import prims as P
+from funcgrad.core import ConcretizationError, Tracer, bind, is_float, user_frame_src
+from funcgrad.prims.sorting import argsort_p
+from funcgrad.numpy._base import _norm_axis, arange, asarray, full, reshape, result_type
+from funcgrad.numpy._shape import concatenate, flip, moveaxis, ravel, take, take_along_axis
+from funcgrad.numpy._ufuncs import (
     any,
     argmax,
     equal,
@@ -160,7 +160,7 @@ def searchsorted(a, v, side="left", sorter=None, *, method="compare_all"):
 def _first_true_positions(flag, size):
     """For j < size: the position of the j-th True of the 1-D bool `flag`, and whether it
     exists (compare-all: O(len(flag) * size))."""
-    from ._cumulative import cumsum
+    from funcgrad.numpy._cumulative import cumsum
     n = flag.shape[0]
     rank = cumsum(P.convert(flag, np.int32)) - 1
     j = reshape(arange(size, dtype=np.int32), (size, 1))
@@ -201,7 +201,7 @@ def flatnonzero(a, *, size=None, fill_value=None):
 
 def argwhere(a, *, size=None, fill_value=None):
     """numpy.argwhere: (count, ndim) int32 indices of the non-zero elements."""
-    from ._shape import stack
+    from funcgrad.numpy._shape import stack
     x = asarray(a)
     if x.ndim == 0:
         x = reshape(x, (1,))
@@ -258,7 +258,7 @@ def unique(ar, return_index=False, return_inverse=False, return_counts=False, ax
             same = logical_or(same, logical_and(isnan(s), isnan(prev)))
         flag = concatenate([full((1,), True, np.bool_), logical_not(same)[1:]])
         pos, found = _first_true_positions(flag, size)
-        from ._cumulative import cumsum
+        from funcgrad.numpy._cumulative import cumsum
         group = cumsum(P.convert(flag, np.int32)) - 1
     else:
         pos = full((size,), 0, np.int32)
@@ -266,7 +266,7 @@ def unique(ar, return_index=False, return_inverse=False, return_counts=False, ax
         group = full((0,), 0, np.int32)
     fill = fill_value
     if fill is None:
-        from ._ufuncs import min as _min
+        from funcgrad.numpy._ufuncs import min as _min
         fill = _min(flat) if n else 0
     values = where(found, take(s, pos) if n else full((size,), 0, s.dtype), fill)
     if not extras:

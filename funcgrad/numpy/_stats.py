@@ -10,11 +10,19 @@ import builtins
 
 import numpy as np
 
-from ..core import is_float
-from ._base import _norm_axis, asarray, canonical_dtype, full, norm_axes, reshape, result_type
-from ._shape import moveaxis, ravel, take_along_axis, transpose
-from ._sorting import sort
-from ._ufuncs import (
+from funcgrad.core import is_float
+from funcgrad.numpy._base import (
+    _norm_axis,
+    asarray,
+    canonical_dtype,
+    full,
+    norm_axes,
+    reshape,
+    result_type,
+)
+from funcgrad.numpy._shape import moveaxis, ravel, take_along_axis, transpose
+from funcgrad.numpy._sorting import sort
+from funcgrad.numpy._ufuncs import (
     _float_dtype,
     any,
     argmax,
@@ -30,7 +38,7 @@ from ._ufuncs import (
     sum,
     where,
 )
-from ._ufuncs import prod as _prod
+from funcgrad.numpy._ufuncs import prod as _prod
 
 
 def _nan_fill(a, fill):
@@ -68,7 +76,7 @@ def nanvar(a, axis=None, dtype=None, ddof=0, keepdims=False):
     m = nanmean(x, axis, keepdims=True)
     n = asarray(_count(x, axis, keepdims), x.dtype)
     ss = nansum(square(x - m), axis, keepdims=keepdims)
-    from ._ufuncs import maximum
+    from funcgrad.numpy._ufuncs import maximum
     return ss / maximum(n - ddof, 0)
 
 
@@ -111,7 +119,7 @@ def nanargmin(a, axis=None, keepdims=False):
 
 
 def _all_nan(x, axis, keepdims):
-    from ._ufuncs import all
+    from funcgrad.numpy._ufuncs import all
     if axis is None:
         m = all(isnan(x))
         return reshape(m, (1,) * x.ndim) if keepdims else m
@@ -157,13 +165,13 @@ def _quantile(a, q, axis, method, keepdims, nan_aware, name):
         lo = where(frac > 0, hi_, lo)
         hi_, frac = lo, frac * 0.0
     elif method == "nearest":
-        from ._ufuncs import round
+        from funcgrad.numpy._ufuncs import round
         lo = where(round(pos) > lo, hi_, lo)
         hi_, frac = lo, frac * 0.0
     elif method == "midpoint":
         frac = where(frac > 0, 0.5, 0.0)
     top = builtins.max(n - 1, 0)
-    from ._ufuncs import clip
+    from funcgrad.numpy._ufuncs import clip
     ilo = asarray(clip(lo, 0, top), np.int32)
     ihi = asarray(clip(hi_, 0, top), np.int32)
     if n == 0:
@@ -252,7 +260,7 @@ def average(a, axis=None, weights=None, returned=False, keepdims=False):
             shape = [1] * x.ndim
             shape[ax] = w.shape[0]
             w = reshape(w, shape)
-            from ._base import broadcast_to
+            from funcgrad.numpy._base import broadcast_to
             w = broadcast_to(w, x.shape)
         wsum = sum(w, axis, keepdims=keepdims)
         avg = sum(x * w, axis, keepdims=keepdims) / wsum
@@ -266,8 +274,8 @@ def ptp(a, axis=None, out=None, keepdims=False):
 
 def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=None):
     """numpy.cov: covariance matrix of variables (rows unless rowvar=False)."""
-    from ._linalg import matmul
-    from ._shape import concatenate
+    from funcgrad.numpy._linalg import matmul
+    from funcgrad.numpy._shape import concatenate
     x = asarray(m)
     x = asarray(x, _float_dtype(x))
     if x.ndim > 2:
@@ -310,8 +318,8 @@ def _squeeze2(c):
 
 def corrcoef(x, y=None, rowvar=True):
     """numpy.corrcoef: Pearson correlation coefficients, clipped to [-1, 1]."""
-    from ._base import eye
-    from ._ufuncs import clip
+    from funcgrad.numpy._base import eye
+    from funcgrad.numpy._ufuncs import clip
     c = cov(x, y, rowvar)
     if c.ndim == 0:
         return c / c
@@ -322,7 +330,7 @@ def corrcoef(x, y=None, rowvar=True):
 
 def histogram_bin_edges(a, bins=10, range=None, weights=None):
     """Equal-width bin edges over range (default: the data's min and max)."""
-    from ._base import arange
+    from funcgrad.numpy._base import arange
     x = ravel(asarray(a))
     dt = _float_dtype(x)
     if not isinstance(bins, (int, np.integer)):
@@ -338,7 +346,7 @@ def histogram_bin_edges(a, bins=10, range=None, weights=None):
 
 def histogram(a, bins=10, range=None, weights=None, density=None):
     """numpy.histogram: (counts, edges); the last bin is closed on the right."""
-    from ._sorting import searchsorted
+    from funcgrad.numpy._sorting import searchsorted
     x = ravel(asarray(a))
     edges = histogram_bin_edges(x, bins, range)
     nb = edges.shape[0] - 1

@@ -5,10 +5,10 @@ import builtins
 
 import numpy as np
 
-from .. import prims as P
-from .. import prims_complex as PC
-from ..core import ArrayBase, Tracer, bind, is_float, is_int, type_error
-from ._base import (
+from funcgrad import prims as P
+from funcgrad.prims import complex as PC
+from funcgrad.core import ArrayBase, Tracer, bind, is_float, is_int, type_error
+from funcgrad.numpy._base import (
     asarray,
     broadcast_shapes,
     broadcast_to,
@@ -370,7 +370,7 @@ def _chooser(prim, name):
         x = asarray(a)
         axes = norm_axes(axis, x.ndim, name)
         if initial is not None and builtins.any(x.shape[i] == 0 for i in axes):  # empty
-            from ._base import full
+            from funcgrad.numpy._base import full
             return full([1 if i in axes else s for i, s in enumerate(x.shape)] if keepdims
                         else [s for i, s in enumerate(x.shape) if i not in axes],
                         initial, result_type(x, initial))
@@ -451,7 +451,7 @@ def any(a, axis=None, keepdims=False):
 
 
 def _empty_bool(x, axes, value):
-    from ._base import full
+    from funcgrad.numpy._base import full
     if not axes:
         return x
     return full([s for i, s in enumerate(x.shape) if i not in axes], value, np.bool_)

@@ -3,10 +3,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._base import asarray, canonical_dtype, norm_axes
-from ._fft_complex import (fft, fftn, hfft, ifft, ifftn, ihfft, irfft, irfftn,  # noqa: F401
-                           rfft, rfftn)
-from ._more import fft2, ifft2, irfft2, rfft2  # noqa: F401
+from funcgrad.numpy._base import asarray, canonical_dtype, norm_axes
+from funcgrad.numpy._fft_complex import (
+    fft,
+    fftn,
+    hfft,
+    ifft,
+    ifftn,
+    ihfft,
+    irfft,
+    irfftn,
+    rfft,
+    rfftn,
+)
+from funcgrad.numpy._derived import fft2, ifft2, irfft2, rfft2  # noqa: F401
 
 
 def fftfreq(n, d=1.0, *, dtype=None, device=None):
@@ -26,7 +36,7 @@ def rfftfreq(n, d=1.0, *, dtype=None, device=None):
 
 
 def _shift(x, axes, sign):
-    from ._index_tricks import roll
+    from funcgrad.numpy._index_tricks import roll
     x = asarray(x)
     axes = norm_axes(axes, x.ndim, "fftshift")
     return roll(x, [sign * (x.shape[a] // 2) if sign > 0 else -(x.shape[a] // 2)

@@ -1,7 +1,7 @@
 """funcgrad.numpy.linalg: jax.numpy.linalg's names (eig/eigvals on concrete arrays only).
 
-Decompositions and solves are in _linalg_ext.py (over the primitives of funcgrad/linalg_prims.py
-and funcgrad/linalg_spectral.py), norms and products in _linalg_norms.py.
+Decompositions and solves are in _linalg_ext.py (over the primitives of funcgrad/prims/linalg.py
+and funcgrad/prims/linalg_spectral.py), norms and products in _linalg_norms.py.
 """
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..core import ArrayBase, Tracer
-from ._base import asarray, canonical_dtype
-from ._linalg import matmul as _matmul
-from ._linalg import tensordot as _tensordot
-from ._linalg_ext import (  # noqa: F401
+from funcgrad.core import ArrayBase, Tracer
+from funcgrad.numpy._base import asarray, canonical_dtype
+from funcgrad.numpy._linalg import matmul as _matmul
+from funcgrad.numpy._linalg import tensordot as _tensordot
+from funcgrad.numpy._linalg_decomp import (
     EighResult,
     QRResult,
     SlogdetResult,
@@ -35,7 +35,7 @@ from ._linalg_ext import (  # noqa: F401
     tensorinv,
     tensorsolve,
 )
-from ._linalg_norms import (  # noqa: F401
+from funcgrad.numpy._linalg_norms import (
     cond,
     cross,
     diagonal,

@@ -1,8 +1,8 @@
 """Ready-made optimizers (optax's aliases), each a one-line chain of transformations."""
 from __future__ import annotations
 
-from .base import GradientTransformation, chain, identity
-from .transforms import (
+from funcgrad.optim.base import GradientTransformation, chain, identity
+from funcgrad.optim.transforms import (
     ScalarOrSchedule,
     add_decayed_weights,
     scale_by_adam,

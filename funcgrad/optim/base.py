@@ -6,8 +6,8 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from .. import numpy as fnp
-from ..tree_util import tree_leaves, tree_map
+from funcgrad import numpy as fnp
+from funcgrad.tree_util import tree_leaves, tree_map
 
 Params = Any  # a pytree of arrays
 Updates = Params  # gradients, or updates derived from them: a pytree shaped like the params

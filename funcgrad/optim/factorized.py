@@ -6,10 +6,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .. import numpy as fnp
-from ..tree_util import tree_flatten, tree_unflatten
-from .base import NO_PARAMS_MSG, GradientTransformation, safe_increment, zero_count
-from .numerics import abs_sq
+from funcgrad import numpy as fnp
+from funcgrad.tree_util import tree_flatten, tree_unflatten
+from funcgrad.optim.base import NO_PARAMS_MSG, GradientTransformation, safe_increment, zero_count
+from funcgrad.optim.numerics import abs_sq
 
 
 def _decay_rate_pow(i, exponent: float = 0.8):

@@ -9,11 +9,11 @@ from __future__ import annotations
 import inspect
 from typing import Any, NamedTuple
 
-from .. import ad
-from .. import numpy as fnp
-from ..core import ConcretizationError
-from ..tree_util import tree_leaves, tree_map
-from .base import GradientTransformationExtraArgs, tree_zeros_like
+from funcgrad.transforms import ad
+from funcgrad import numpy as fnp
+from funcgrad.core import ConcretizationError
+from funcgrad.tree_util import tree_leaves, tree_map
+from funcgrad.optim.base import GradientTransformationExtraArgs, tree_zeros_like
 
 
 def _vdot(a, b):

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import lax
-from .. import numpy as fnp
-from .. import nn
-from .losses_seq import ctc_loss, ctc_loss_with_forward_probs, ntxent, triplet_margin_loss
+from funcgrad import lax
+from funcgrad import numpy as fnp
+from funcgrad import nn
+from funcgrad.optim.losses_seq import (
+    ctc_loss,
+    ctc_loss_with_forward_probs,
+    ntxent,
+    triplet_margin_loss,
+)
 
 
 def _check_float(x, name, fn):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import lax
-from .. import numpy as fnp
-from .. import nn
+from funcgrad import lax
+from funcgrad import numpy as fnp
+from funcgrad import nn
 
 
 def _log_softmax_last(x):

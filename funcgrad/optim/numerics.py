@@ -7,10 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import lax
-from .. import numpy as fnp
-from .. import random
-from ..tree_util import register_pytree_node, tree_leaves, tree_map
+from funcgrad import lax
+from funcgrad import numpy as fnp
+from funcgrad import random
+from funcgrad.tree_util import register_pytree_node, tree_leaves, tree_map
 
 # ---------------------------------------------------------------------------------------------
 # safe norms

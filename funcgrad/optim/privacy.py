@@ -5,11 +5,11 @@ from __future__ import annotations
 import warnings
 from typing import Any, NamedTuple
 
-from .. import random
-from ..tree_util import tree_flatten, tree_unflatten
-from .base import GradientTransformation, chain, identity
-from .transforms import ScalarOrSchedule, scale_by_learning_rate, trace
-from .transforms_misc import per_example_global_norm_clip
+from funcgrad import random
+from funcgrad.tree_util import tree_flatten, tree_unflatten
+from funcgrad.optim.base import GradientTransformation, chain, identity
+from funcgrad.optim.transforms import ScalarOrSchedule, scale_by_learning_rate, trace
+from funcgrad.optim.transforms_misc import per_example_global_norm_clip
 
 
 class DifferentiallyPrivateAggregateState(NamedTuple):

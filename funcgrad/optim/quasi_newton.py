@@ -5,13 +5,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from .. import ad, lax
-from .. import numpy as fnp
-from ..tree_util import tree_leaves, tree_map
-from .base import GradientTransformation, GradientTransformationExtraArgs, chain, identity, \
-    safe_increment, tree_zeros_like
-from .linesearch_zoom import _split_fn_kwargs, scale_by_zoom_linesearch
-from .transforms import scale, scale_by_learning_rate
+from funcgrad.transforms import ad
+from funcgrad import lax
+from funcgrad import numpy as fnp
+from funcgrad.tree_util import tree_leaves, tree_map
+from funcgrad.optim.base import (
+    GradientTransformation,
+    GradientTransformationExtraArgs,
+    chain,
+    identity,
+    safe_increment,
+    tree_zeros_like,
+)
+from funcgrad.optim.linesearch_zoom import _split_fn_kwargs, scale_by_zoom_linesearch
+from funcgrad.optim.transforms import scale, scale_by_learning_rate
 
 
 def _vdot(a, b):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from .. import numpy as fnp
+from funcgrad import numpy as fnp
 
 Schedule = Callable  # count -> value
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from .. import lax
-from .. import numpy as fnp
-from ..tree_util import tree_map
-from .base import (
+from funcgrad import lax
+from funcgrad import numpy as fnp
+from funcgrad.tree_util import tree_map
+from funcgrad.optim.base import (
     NO_PARAMS_MSG,
     EmptyState,
     GradientTransformation,
@@ -19,7 +19,7 @@ from .base import (
     tree_zeros_like,
     zero_count,
 )
-from .numerics import bias_correction as _bias_correction   # scale_by_rms's flag shares the name
+from funcgrad.optim.numerics import bias_correction as _bias_correction   # scale_by_rms's flag shares the name
 
 ScalarOrSchedule = Any  # a float, a scalar array, or a function of the int32 step count
 
@@ -88,7 +88,7 @@ def scale_by_learning_rate(learning_rate: ScalarOrSchedule | None = None, *,
         [-0.10000000149011612]
     """
     if learning_rate is None:
-        from .base import identity
+        from funcgrad.optim.base import identity
         return identity()
     m = -1 if flip_sign else 1
     if callable(learning_rate):
@@ -373,7 +373,7 @@ def add_decayed_weights(weight_decay=0.0, mask=None) -> GradientTransformation:
                         updates, params, is_leaf=lambda x: x is None), new_state
     inner = GradientTransformation(init, update)
     if mask is not None:
-        from .wrappers import masked
+        from funcgrad.optim.wrappers import masked
         return masked(inner, mask)
     return inner
 

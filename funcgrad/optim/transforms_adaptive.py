@@ -5,14 +5,25 @@ from __future__ import annotations
 import functools
 from typing import Any, NamedTuple
 
-from .. import lax
-from .. import numpy as fnp
-from ..tree_util import tree_leaves, tree_map
-from .base import GradientTransformation, init_empty_state, safe_increment, tree_cast, \
-    tree_zeros_like, zero_count
-from .numerics import abs_sq, bias_correction, update_infinity_moment, update_moment, \
-    update_moment_per_elem_norm
-from .transforms import ScaleByAdamState
+from funcgrad import lax
+from funcgrad import numpy as fnp
+from funcgrad.tree_util import tree_leaves, tree_map
+from funcgrad.optim.base import (
+    GradientTransformation,
+    init_empty_state,
+    safe_increment,
+    tree_cast,
+    tree_zeros_like,
+    zero_count,
+)
+from funcgrad.optim.numerics import (
+    abs_sq,
+    bias_correction,
+    update_infinity_moment,
+    update_moment,
+    update_moment_per_elem_norm,
+)
+from funcgrad.optim.transforms import ScaleByAdamState
 
 
 def _full_like(tree, value):

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from .. import numpy as fnp
-from .. import random
-from ..tree_util import tree_flatten, tree_leaves, tree_map, tree_unflatten
-from .base import NO_PARAMS_MSG, EmptyState, GradientTransformation, init_empty_state, \
-    safe_increment, tree_cast, tree_zeros_like, zero_count
-from .numerics import abs_sq, bias_correction, update_moment
+from funcgrad import numpy as fnp
+from funcgrad import random
+from funcgrad.tree_util import tree_flatten, tree_leaves, tree_map, tree_unflatten
+from funcgrad.optim.base import (
+    NO_PARAMS_MSG,
+    EmptyState,
+    GradientTransformation,
+    init_empty_state,
+    safe_increment,
+    tree_cast,
+    tree_zeros_like,
+    zero_count,
+)
+from funcgrad.optim.numerics import abs_sq, bias_correction, update_moment
 
 AdaptiveGradClipState = EmptyState
 AddDecayedWeightsState = EmptyState

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from .. import numpy as fnp
-from ..tree_util import tree_leaves, tree_map
-from .base import NO_PARAMS_MSG, EmptyState, GradientTransformation, \
-    GradientTransformationExtraArgs, init_empty_state, safe_increment, tree_cast, \
-    tree_zeros_like, zero_count
-from .numerics import safe_norm, safe_root_mean_squares
+from funcgrad import numpy as fnp
+from funcgrad.tree_util import tree_leaves, tree_map
+from funcgrad.optim.base import (
+    NO_PARAMS_MSG,
+    EmptyState,
+    GradientTransformation,
+    GradientTransformationExtraArgs,
+    init_empty_state,
+    safe_increment,
+    tree_cast,
+    tree_zeros_like,
+    zero_count,
+)
+from funcgrad.optim.numerics import safe_norm, safe_root_mean_squares
 
 ScaleByTrustRatioState = EmptyState
 ScaleState = EmptyState

@@ -7,7 +7,7 @@ Example:
     >>> float(tree.vdot({"a": fnp.ones(2)}, {"a": fnp.ones(2)}))
     2.0
 """
-from . import tree_utils as _t
+from funcgrad.optim import tree_utils as _t
 
 add = _t.tree_add
 add_scale = _t.tree_add_scale

@@ -2,15 +2,15 @@
 moment helpers and random trees, leaf by leaf in funcgrad.numpy."""
 from __future__ import annotations
 
-from .. import numpy as fnp
-from .. import random
-from ..tree_util import tree_flatten, tree_leaves, tree_map, tree_unflatten
-from .base import tree_cast
-from .numerics import bias_correction as tree_bias_correction
-from .numerics import tree_map_params
-from .numerics import update_infinity_moment as tree_update_infinity_moment
-from .numerics import update_moment as tree_update_moment
-from .numerics import update_moment_per_elem_norm as tree_update_moment_per_elem_norm
+from funcgrad import numpy as fnp
+from funcgrad import random
+from funcgrad.tree_util import tree_flatten, tree_leaves, tree_map, tree_unflatten
+from funcgrad.optim.base import tree_cast
+from funcgrad.optim.numerics import bias_correction as tree_bias_correction
+from funcgrad.optim.numerics import tree_map_params
+from funcgrad.optim.numerics import update_infinity_moment as tree_update_infinity_moment
+from funcgrad.optim.numerics import update_moment as tree_update_moment
+from funcgrad.optim.numerics import update_moment_per_elem_norm as tree_update_moment_per_elem_norm
 
 
 def tree_add(tree_x, tree_y, *other_trees):

@@ -10,10 +10,16 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .. import numpy as fnp
-from ..tree_util import tree_leaves, tree_map, tree_structure
-from .base import GradientTransformation, GradientTransformationExtraArgs, safe_increment, \
-    tree_zeros_like, with_extra_args_support, zero_count
+from funcgrad import numpy as fnp
+from funcgrad.tree_util import tree_leaves, tree_map, tree_structure
+from funcgrad.optim.base import (
+    GradientTransformation,
+    GradientTransformationExtraArgs,
+    safe_increment,
+    tree_zeros_like,
+    with_extra_args_support,
+    zero_count,
+)
 
 
 def _tree_select(pred, on_true, on_false):

@@ -1,3 +1,3 @@
 """funcgrad.scipy: jax.scipy-style functions (so far the triangular and Cholesky solves of
 funcgrad.scipy.linalg)."""
-from . import linalg  # noqa: F401
+from funcgrad.scipy import linalg  # noqa: F401

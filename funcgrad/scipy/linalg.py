@@ -5,9 +5,9 @@ cho_solve use the cholesky primitive (scipy's convention: the upper factor by de
 """
 from __future__ import annotations
 
-from .. import linalg_prims as LP
-from ..core import bind, type_error
-from ..numpy._base import asarray, broadcast_shapes, broadcast_to, reshape, result_type
+from funcgrad.prims import linalg as LP
+from funcgrad.core import bind, type_error
+from funcgrad.numpy._base import asarray, broadcast_shapes, broadcast_to, reshape, result_type
 
 _TRANS = {0: False, "N": False, 1: True, "T": True, 2: True, "C": True}
 

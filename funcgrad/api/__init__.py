@@ -1,0 +1,1 @@
+"""Top-level API functions that are not transformations: devices, placement, shapes, config states."""

@@ -1,0 +1,120 @@
+"""Scalar code of each elementwise primitive for numba njit kernels (the CPU twin of the CUDA
+table): one Python expression per op over operand expressions in a compute type, plus helpers.
+
+The table itself is funcgrad/backends/scalar_exprs.py's, shared with the CUDA backend; this
+module gives it the CPU's spellings (njit helpers, typed literals, numpy's fmod, erf and
+negative integer powers). Integer results wrap as in numpy (each value is cast back to its
+dtype; int64 arithmetic goes through uint64 so that LLVM never sees a signed overflow), NaNs
+propagate as in numpy's maximum/minimum, and division by zero follows the numpy impls (IEEE for
+floats, 0 for ints). float16 has no numba CPU type: clusters touching it stay on numpy (see
+`supported`).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from funcgrad.backends import scalar_exprs as sx
+from funcgrad.backends.scalar_exprs import NB  # the supported dtypes' numba type names (their compute types)
+
+
+def supported(dtype) -> bool:
+    """Whether njit kernels can read and write `dtype` (float16 and complex cannot)."""
+    return np.dtype(dtype).name in NB
+
+
+def nbt(dtype) -> str:
+    """The numba type name of a numpy dtype (the compute type too)."""
+    return NB[np.dtype(dtype).name]
+
+
+# helpers, one per compute type (the type is part of each name)
+HELPERS = {
+    # lax.div on integers: truncation, 0 for a zero divisor; MIN // -1 wraps (x86 would trap)
+    "idiv": """
+@njit(cache=True, error_model="numpy")
+def idiv_{ct}(x, y):
+    if y == 0:
+        return {ct}(0)
+{neg1}    q = x // y
+{trunc}    return {ct}(q)
+""",
+    "irem": """
+@njit(cache=True, error_model="numpy")
+def irem_{ct}(x, y):
+    if y == 0:
+        return {ct}(0)
+    return {ct}({wrap_sub})
+""",
+    **sx.helper_templates('@njit(cache=True, error_model="numpy")', cast_products=True),
+}
+
+
+def _helper_fill(name, ct):
+    signed = ct.startswith("int")
+    if name == "idiv":   # unsigned quotients need no rounding (and an int 1 would make a float)
+        if not signed:
+            return {"neg1": "", "trunc": ""}
+        neg = "int64(uint64(0) - uint64(x))" if ct == "int64" else "-x"
+        return {"neg1": f"    if y == -1:\n        return {ct}({neg})\n",
+                "trunc": "    if q < 0 and q * y != x:\n        q += 1\n"}
+    if name == "irem":
+        q = f"idiv_{ct}(x, y)"
+        if ct == "int64":
+            return {"wrap_sub": f"int64(uint64(x) - uint64({q}) * uint64(y))"}
+        return {"wrap_sub": f"x - {q} * y"}
+    return {}
+
+
+def _sign_consts(t):
+    return f"{t.ct}(0)", f"{t.ct}(1)", f"{t.ct}(-1)"
+
+
+def _ipow_negative(x, y, t):
+    # numpy: 1 / (x**|y| wrapped) in float64, cast back: +-1 stay, 1/0 = inf casts (x86)
+    # to the 32-bit minimum, truncated to the type (so 0 for 8 and 16 bits), else 0
+    p = f"{t.ct}({sx.int_power(x, -y, t)})"
+    lo = np.iinfo(t.dtype).min if t.bits >= 32 else 0
+    return f"(1 if {p} == 1 else (-1 if {p} == -1 else ({lo} if {p} == 0 else 0)))"
+
+
+def _abs(a, t):
+    if sx.signed64(t):
+        return f"(int64(uint64(0) - uint64({a[0]})) if {a[0]} < 0 else {a[0]})"
+    return f"abs({a[0]})"
+
+
+# name -> (number of inputs, template(args, T) -> expression, helpers used)
+OPS: dict = sx.ops(
+    sign_consts=_sign_consts, ipow_negative=_ipow_negative, fmod="np.fmod", abs_=_abs,
+    # the numpy impl evaluates math.erf in float64 and rounds: the same here, bit for bit
+    erf=sx.template("math.erf(float64({0}))"))
+
+
+# ops whose numpy loops (SIMD exp/log/pow/...) round differently from libm in some last bits
+INEXACT = frozenset({"exp", "log", "log1p", "expm1", "tanh", "logistic", "sin", "cos", "pow"})
+
+
+def exact(e) -> bool:
+    """Whether the kernel computes equation e bit for bit as its numpy impl does."""
+    name = e.prim.name
+    if name == "integer_pow":
+        return e.out.aval.dtype.kind != "f" or e.params["y"] in (-1, 0, 1, 2)
+    return name not in INEXACT
+
+
+def scalar(name, args, dtype, out_dtype, params) -> tuple[str, set]:
+    """Op `name` applied to argument expressions of (compute type of) `dtype`.
+
+    Returns the expression, which yields `out_dtype` after a cast, and the (helper, compute
+    type) pairs it calls.
+
+    Example:
+        >>> scalar("add", ["a", "b"], np.float32, np.float32, {})[0]
+        '(a + b)'
+    """
+    return sx.scalar(OPS, name, args, sx.T(dtype, out_dtype, params, nbt(dtype)))
+
+
+def helper_source(used: set) -> str:
+    """Source of the helper functions in `used` ((name, compute type) pairs)."""
+    return sx.helper_source(HELPERS, used, _helper_fill)

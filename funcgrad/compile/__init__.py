@@ -1,0 +1,1 @@
+"""Compilation: jit, the ordered pass pipeline, pattern rewrites and elementwise clustering."""

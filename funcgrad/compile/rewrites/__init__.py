@@ -1,0 +1,1 @@
+"""Pattern rewrites run by jit's pass pipeline (composed idioms -> fused primitives)."""

@@ -1,0 +1,290 @@
+"""Pattern rewrites: hand-written layer norm, softmax and log_softmax become fused primitives.
+
+`rewrite(expr, consts)` finds, over the last axis of an operand x,
+  layer norm  ((x - mean(x)) * rsqrt(var + eps), or / sqrt(var + eps), then optionally * g,
+              + b with per-column g, b; var = mean((x - mean(x))**2), mean = sum / n),
+  softmax     exp(x - max(x)) / sum(exp(x - max(x))) (or without the max shift),
+  log_softmax (x - max(x)) - log(sum(exp(x - max(x)))),
+and binds layer_norm / softmax / log_softmax (funcgrad/prims/rows.py) in their place; the rest of the
+hand-written chain is left dead for DCE.
+
+Where it runs, and why there: `funcgrad.transforms.ad.vjp` rewrites the *forward* expression it traced
+before differentiating it, so the backward of a hand-written layer norm or softmax is the fused
+backward primitive (funcgrad/prims/rows_bwd.py) rather than a long chain of primitives
+(`jit(grad(loss))` traces grad first, so matching the already-differentiated joint expression
+would mean matching every backward chain as well); `funcgrad.compile.passes.optimize` runs it too, for
+forward-only jitted programs. Matches are exact on structure: anything else is left as written.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from funcgrad.prims import rows as F
+from funcgrad import prims as P
+from funcgrad.core import Expr, Lit, Var, bind, eqn_tag, new_builder, source_info
+
+_RED = {P.reduce_sum_p: "sum", P.reduce_max_p: "max"}
+
+
+class _Matcher:
+    def __init__(self, expr):
+        self.prod = {e.out: e for e in expr.eqns}
+
+    def eqn(self, v, prim):
+        e = self.prod.get(v) if isinstance(v, Var) else None
+        return e if e is not None and e.prim is prim else None
+
+    def scalar(self, v):
+        """The value of a broadcast scalar literal (or a literal), else None."""
+        if isinstance(v, Lit):
+            return np.asarray(v.val).item() if np.ndim(v.val) == 0 else None
+        e = self.eqn(v, P.broadcast_in_dim_p)
+        if e is not None and not e.params["broadcast_dimensions"]:
+            return self.scalar(e.inputs[0])
+        return None
+
+    def keep(self, v, x):
+        """w if v is a row value w (x.shape[:-1], or with a trailing 1) broadcast to x's shape
+        along the leading axes, else None."""
+        e = self.eqn(v, P.broadcast_in_dim_p)
+        nd = len(x.aval.shape)
+        if e is None or tuple(e.params["shape"]) != tuple(x.aval.shape):
+            return None
+        w = e.inputs[0]
+        if isinstance(w, Lit) or tuple(e.params["broadcast_dimensions"]) != tuple(
+                range(len(w.aval.shape))) or len(w.aval.shape) not in (nd - 1, nd):
+            return None
+        return w
+
+    def unkeep(self, w):
+        """Strip a keepdims reshape: lead + (1,) -> lead."""
+        e = self.eqn(w, P.reshape_p)
+        if e is not None and tuple(w.aval.shape[-1:]) == (1,) and tuple(
+                e.inputs[0].aval.shape) == tuple(w.aval.shape[:-1]):
+            return e.inputs[0]
+        return w
+
+    def row_reduce(self, w, kind, x=None):
+        """The operand r if w is a last-axis reduction of r (through a keepdims reshape)."""
+        e = self.prod.get(self.unkeep(w)) if isinstance(w, Var) else None
+        if e is None or _RED.get(e.prim) != kind:
+            return None
+        r = e.inputs[0]
+        if isinstance(r, Lit) or tuple(e.params["axes"]) != (len(r.aval.shape) - 1,):
+            return None
+        return r if x is None or r is x else None
+
+    def mean_of(self, w):
+        """r if w = sum(r, last) / n (or * 1/n), else None."""
+        for prim in (P.div_p, P.mul_p):
+            e = self.eqn(w, prim)
+            if e is None:
+                continue
+            r = self.row_reduce(e.inputs[0], "sum")
+            c = self.scalar(e.inputs[1])
+            if r is None or c is None:
+                continue
+            n = r.aval.shape[-1]
+            if (prim is P.div_p and c == n) or (prim is P.mul_p and n and np.isclose(c, 1 / n)):
+                return r
+        return None
+
+    def centered(self, v):
+        """x if v = x - mean(x) broadcast, else None."""
+        e = self.eqn(v, P.sub_p)
+        if e is None or isinstance(e.inputs[0], Lit):
+            return None
+        x = e.inputs[0]
+        w = self.keep(e.inputs[1], x)
+        return x if w is not None and self.mean_of(w) is x else None
+
+    def square_of(self, v):
+        e = self.eqn(v, P.integer_pow_p)
+        if e is not None and e.params["y"] == 2:
+            return e.inputs[0]
+        e = self.eqn(v, P.mul_p)
+        if e is not None and e.inputs[0] is e.inputs[1]:
+            return e.inputs[0]
+        return None
+
+    def inv_std(self, w, x):
+        """eps if w = rsqrt(mean((x - mean x)^2) + eps) (a row value), else None."""
+        e = self.eqn(w, P.rsqrt_p)
+        if e is None:
+            return None
+        return self.var_eps(e.inputs[0], x)
+
+    def var_eps(self, v, x):
+        e = self.eqn(v, P.add_p)
+        if e is None:
+            return None
+        for a, b in ((0, 1), (1, 0)):
+            eps = self.scalar(e.inputs[b])
+            r = self.mean_of(e.inputs[a])
+            sq = self.square_of(r) if r is not None else None
+            if eps is not None and sq is not None and self.centered(sq) is x:
+                return float(eps)
+        return None
+
+    def normalized(self, v):
+        """(x, eps) if v = (x - mean) * rsqrt(var + eps) or (x - mean) / sqrt(var + eps)."""
+        e = self.eqn(v, P.mul_p)
+        if e is not None:
+            for a, b in ((0, 1), (1, 0)):
+                x = self.centered(e.inputs[a])
+                w = self.keep(e.inputs[b], x) if x is not None else None
+                eps = self.inv_std(w, x) if w is not None else None
+                if eps is not None:
+                    return x, eps
+        e = self.eqn(v, P.div_p)
+        if e is not None:
+            x = self.centered(e.inputs[0])
+            w = self.keep(e.inputs[1], x) if x is not None else None
+            s = self.eqn(w, P.sqrt_p) if w is not None else None
+            eps = self.var_eps(s.inputs[0], x) if s is not None else None
+            if eps is not None:
+                return x, eps
+        return None
+
+    def column(self, v, x):
+        """g if v broadcasts a per-column (n,) vector g along x's rows, else None."""
+        e = self.eqn(v, P.broadcast_in_dim_p)
+        nd = len(x.aval.shape)
+        if e is None or tuple(e.params["shape"]) != tuple(x.aval.shape):
+            return None
+        g = e.inputs[0]
+        if isinstance(g, Lit) or tuple(e.params["broadcast_dimensions"]) != (nd - 1,) or \
+                g.aval.dtype != x.aval.dtype or tuple(g.aval.shape) != (x.aval.shape[-1],):
+            return None
+        return g
+
+    def layer_norm(self, v):
+        """(x, scale or None, bias or None, eps) for the outermost matching form."""
+        e = self.eqn(v, P.add_p)
+        if e is not None:
+            for a, b in ((0, 1), (1, 0)):
+                inner = self.scaled(e.inputs[a])
+                if inner is not None and self.column(e.inputs[b], inner[0]) is not None:
+                    return inner[0], inner[1], self.column(e.inputs[b], inner[0]), inner[2]
+        inner = self.scaled(v)
+        return None if inner is None else (inner[0], inner[1], None, inner[2])
+
+    def scaled(self, v):
+        e = self.eqn(v, P.mul_p)
+        if e is not None:
+            for a, b in ((0, 1), (1, 0)):
+                n = self.normalized(e.inputs[a])
+                if n is not None and self.column(e.inputs[b], n[0]) is not None:
+                    return n[0], self.column(e.inputs[b], n[0]), n[1]
+        n = self.normalized(v)
+        return None if n is None else (n[0], None, n[1])
+
+    def shifted(self, v):
+        """x if v = x - max(x) broadcast, else None."""
+        e = self.eqn(v, P.sub_p)
+        if e is None or isinstance(e.inputs[0], Lit):
+            return None
+        x = e.inputs[0]
+        w = self.keep(e.inputs[1], x)
+        return x if w is not None and self.row_reduce(w, "max", x) is not None else None
+
+    def softmax(self, v):
+        e = self.eqn(v, P.div_p)
+        if e is None or isinstance(e.inputs[0], Lit):
+            return None
+        ex = self.eqn(e.inputs[0], P.exp_p)
+        w = self.keep(e.inputs[1], e.inputs[0]) if ex is not None else None
+        if w is None or self.row_reduce(w, "sum", e.inputs[0]) is None:
+            return None
+        s = ex.inputs[0]
+        return None if isinstance(s, Lit) else (self.shifted(s) or s)
+
+    def log_softmax(self, v):
+        e = self.eqn(v, P.sub_p)
+        if e is None or isinstance(e.inputs[0], Lit):
+            return None
+        s = e.inputs[0]
+        x = self.shifted(s)
+        w = self.keep(e.inputs[1], s) if x is not None else None
+        lg = self.eqn(self.unkeep(w), P.log_p) if w is not None else None
+        if lg is None:
+            lg = self.eqn(w, P.log_p) if w is not None else None
+        if lg is None:
+            return None
+        r = self.row_reduce(lg.inputs[0], "sum")
+        ex = self.eqn(r, P.exp_p) if r is not None else None
+        return x if ex is not None and ex.inputs[0] is s else None
+
+
+def _match(m, e):
+    """(prim, operands, params) replacing eqn e, or None."""
+    if e.out.aval.dtype.kind != "f" or not e.out.aval.shape or e.out.aval.shape[-1] == 0:
+        return None
+    if e.prim is P.add_p or e.prim is P.mul_p or e.prim is P.div_p:
+        ln = m.layer_norm(e.out)
+        if ln is not None:
+            x, g, b, eps = ln
+            return "layer_norm", (x, g, b), {"eps": eps}
+    if e.prim is P.div_p:
+        x = m.softmax(e.out)
+        if x is not None:
+            return "softmax", (x,), {}
+    if e.prim is P.sub_p:
+        x = m.log_softmax(e.out)
+        if x is not None:
+            return "log_softmax", (x,), {}
+    return None
+
+
+def _bind(kind, ops, params, read, aval):
+    if kind == "softmax":
+        return bind(F.softmax_p, read(ops[0]))
+    if kind == "log_softmax":
+        return bind(F.log_softmax_p, read(ops[0]))
+    x, g, b = ops
+    n, dt = aval.shape[-1], aval.dtype
+    scale = read(g) if g is not None else P.broadcast_in_dim(np.asarray(1, dt), (n,), ())
+    bias = read(b) if b is not None else P.broadcast_in_dim(np.asarray(0, dt), (n,), ())
+    return bind(F.layer_norm_p, read(x), scale, bias, eps=params["eps"])
+
+
+def rewrite(expr: Expr, consts: list) -> tuple[Expr, list]:
+    """expr with the hand-written patterns replaced by fused primitives (expr itself when
+    nothing matches); dead equations are removed."""
+    m = _Matcher(expr)
+    found = {}
+    for e in expr.eqns:
+        hit = _match(m, e)
+        if hit is not None:
+            found[e.out] = hit
+    if not found:
+        return expr, consts
+    from funcgrad.compile.passes import dce
+    with new_builder() as b:
+        ins = [b.new_arg(v.aval) for v in expr.in_binders[expr.n_consts:]]
+        env = dict(zip(expr.in_binders[:expr.n_consts], consts))
+        env.update(zip(expr.in_binders[expr.n_consts:], ins))
+
+        def read(x):
+            return x.val if isinstance(x, Lit) else env[x]
+
+        for e in expr.eqns:
+            with source_info(e.src), eqn_tag(e.tag):
+                if e.out in found:
+                    kind, ops, params = found[e.out]
+                    env[e.out] = _bind(kind, ops, params, read, e.out.aval)
+                else:
+                    env[e.out] = bind(e.prim, *[read(x) for x in e.inputs], **e.params)
+        new_expr, new_consts = b.build(ins, [read(o) for o in expr.outs])
+    return dce(new_expr, new_consts)
+
+
+def _register():
+    from funcgrad.transforms import ad
+    from funcgrad.compile import passes
+    if rewrite not in passes.PRE_REWRITES:
+        passes.PRE_REWRITES.append(rewrite)      # forward-only programs under jit
+        ad.FORWARD_REWRITES.append(rewrite)      # before grad differentiates a forward
+
+
+_register()

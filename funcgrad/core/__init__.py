@@ -1,0 +1,860 @@
+"""Avals, variables, equations, expressions, primitives, tracing (bind) and the printer."""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # funcgrad/
+
+# ---------------------------------------------------------------------------------------------
+# dtypes and abstract values
+# ---------------------------------------------------------------------------------------------
+
+_SHORT = {"float32": "f32", "float64": "f64", "float16": "f16", "int32": "i32", "int64": "i64",
+          "uint32": "u32", "uint8": "u8", "int8": "i8", "bool": "bool", "int16": "i16",
+          "uint16": "u16", "uint64": "u64", "complex64": "c64", "complex128": "c128"}
+SUPPORTED_DTYPES = tuple(np.dtype(d) for d in
+                         ("float16", "float32", "float64", "int8", "uint8", "int32", "int64",
+                          "uint32", "bool", "int16", "uint16", "uint64", "complex64",
+                          "complex128"))
+
+
+def is_float(dtype) -> bool:
+    return np.dtype(dtype).kind == "f"
+
+
+def is_int(dtype) -> bool:
+    return np.dtype(dtype).kind in "iu"
+
+
+def is_complex(dtype) -> bool:
+    return np.dtype(dtype).kind == "c"
+
+
+def real_dtype(dtype) -> np.dtype:
+    """The real dtype of a complex dtype (complex64 -> float32); other dtypes unchanged."""
+    d = np.dtype(dtype)
+    return np.dtype(f"f{d.itemsize // 2}") if d.kind == "c" else d
+
+
+class ShapedArray:
+    """The abstract value of an array: its shape and dtype."""
+    __slots__ = ("_hash", "dtype", "shape")
+
+    def __init__(self, shape, dtype):
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = np.dtype(dtype)
+        self._hash = None
+
+    ndim = property(lambda self: len(self.shape))
+    size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
+
+    def __eq__(self, other):
+        return self is other or (isinstance(other, ShapedArray) and self.shape == other.shape
+                                 and self.dtype == other.dtype)
+
+    def __hash__(self):   # cached: jit hashes every argument's aval on every call
+        h = self._hash
+        if h is None:
+            h = self._hash = hash((self.shape, self.dtype))
+        return h
+
+    def str_short(self) -> str:
+        return f"{_SHORT.get(self.dtype.name, self.dtype.name)}[{','.join(map(str, self.shape))}]"
+
+    __repr__ = str_short
+
+
+_X64 = [True]   # config "enable_x64" (kept here: aval_of is on every call's path)
+_NARROW = {np.dtype(a): np.dtype(b) for a, b in (("float64", "float32"), ("int64", "int32"),
+                                                 ("uint64", "uint32"),
+                                                 ("complex128", "complex64"))}
+
+
+def canonicalize_dtype(dtype) -> np.dtype:
+    """dtype, or its 32-bit counterpart when 64-bit types are off (config "enable_x64")."""
+    dtype = np.dtype(dtype)
+    return dtype if _X64[0] else _NARROW.get(dtype, dtype)
+
+
+def _set_x64(flag):
+    _X64[0] = bool(flag)
+
+
+def aval_of(x) -> ShapedArray:
+    """The abstract value of an Array, tracer, numpy array or Python scalar."""
+    if isinstance(x, ArrayBase):
+        return x.aval
+    if isinstance(x, (np.ndarray, np.generic)):
+        dt = x.dtype if _X64[0] else _NARROW.get(x.dtype, x.dtype)
+        return ShapedArray(x.shape, dt)
+    if isinstance(x, bool):
+        return ShapedArray((), np.bool_)
+    if isinstance(x, int):
+        return ShapedArray((), np.int32)
+    if isinstance(x, float):
+        return ShapedArray((), np.float32)
+    if isinstance(x, complex):
+        return ShapedArray((), np.complex64)
+    raise TypeError(f"{type(x).__name__} is not a valid funcgrad array type: {x!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# call sites: every equation remembers the user's file:line
+# ---------------------------------------------------------------------------------------------
+
+_state = threading.local()
+
+
+def _src_override():
+    return getattr(_state, "src", None)
+
+
+def user_frame_src() -> str:
+    """file:line of the innermost stack frame outside the funcgrad package."""
+    return _fmt_src(user_frame())
+
+
+def user_frame():
+    """(file, line) of the innermost stack frame outside the funcgrad package, unformatted
+    (cheap: per-call paths keep it and format it only if a message needs it); a str when
+    a source_info override is active, None when no such frame exists."""
+    override = _src_override()
+    if override is not None:
+        return override
+    f = sys._getframe(1)
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not fn.startswith(_PKG_DIR) and "contextlib" not in fn:
+            return fn, f.f_lineno
+        f = f.f_back
+    return None
+
+
+def _fmt_src(where) -> str:
+    if where is None:
+        return "<unknown>"
+    if isinstance(where, str):
+        return where
+    fn, line = where
+    return f"{os.path.relpath(fn) if not fn.startswith('<') else fn}:{line}"
+
+
+def current_tag():
+    return getattr(_state, "tag", None)
+
+
+@contextlib.contextmanager
+def eqn_tag(tag):
+    """Tag the equations bound inside (checkpoint uses it to keep recomputation apart)."""
+    prev = current_tag()
+    _state.tag = tag
+    try:
+        yield
+    finally:
+        _state.tag = prev
+
+
+@contextlib.contextmanager
+def source_info(src: str | None):
+    """Attribute the equations bound inside to `src` (used when replaying or differentiating)."""
+    prev = _src_override()
+    _state.src = src
+    try:
+        yield
+    finally:
+        _state.src = prev
+
+
+class FuncgradError(Exception):
+    """Base class of funcgrad's errors about user programs."""
+
+
+class ShapeError(FuncgradError, TypeError):
+    """An operation got operands of incompatible shapes or dtypes."""
+
+
+def type_error(prim_name: str, msg: str, avals=()) -> ShapeError:
+    where = user_frame_src()
+    ops = ", ".join(a.str_short() for a in avals)
+    return ShapeError(f"{prim_name}: {msg}" + (f" (operands: {ops})" if ops else "")
+                      + f"\n  at {where}")
+
+
+# ---------------------------------------------------------------------------------------------
+# expressions
+# ---------------------------------------------------------------------------------------------
+
+class Var:
+    """A variable bound once in an expression."""
+    __slots__ = ("aval",)
+
+    def __init__(self, aval: ShapedArray):
+        self.aval = aval
+
+
+class Lit:
+    """A scalar literal inlined in an equation."""
+    __slots__ = ("aval", "val")
+
+    def __init__(self, val):
+        self.val = np.asarray(val)
+        self.aval = ShapedArray((), self.val.dtype)
+
+
+class Eqn:
+    """One primitive application: out = prim(*inputs, **params), bound at `src`."""
+    __slots__ = ("inputs", "out", "params", "prim", "src", "tag")
+
+    def __init__(self, prim, inputs, params, out, src, tag=None):
+        self.prim, self.inputs, self.params, self.out, self.src = prim, inputs, params, out, src
+        self.tag = tag  # set on rematerialized equations so that CSE keeps them apart
+
+
+class Expr:
+    """A jaxpr-like expression: in_binders (the first n_consts are constants), eqns, outs."""
+
+    def __init__(self, in_binders, eqns, outs, n_consts=0):
+        self.in_binders, self.eqns, self.outs, self.n_consts = in_binders, eqns, outs, n_consts
+
+    def __str__(self):
+        return pp_expr(self)
+
+    __repr__ = __str__
+
+
+class ClosedExpr:
+    """An expression with the values of its constants; what `make_jaxpr` returns."""
+
+    def __init__(self, expr: Expr, consts: list, in_tree=None, out_tree=None):
+        self.expr, self.consts, self.in_tree, self.out_tree = expr, consts, in_tree, out_tree
+
+    eqns = property(lambda self: self.expr.eqns)
+    in_avals = property(lambda self: [v.aval for v in self.expr.in_binders[self.expr.n_consts:]])
+    out_avals = property(lambda self: [v.aval for v in self.expr.outs])
+
+    def __str__(self):
+        return pp_expr(self.expr)
+
+    __repr__ = __str__
+
+
+def _names():
+    for n in itertools.count():
+        s = ""
+        n += 1
+        while n:
+            n, r = divmod(n - 1, 26)
+            s = chr(97 + r) + s
+        yield s
+
+
+def _fmt_param(v):
+    if isinstance(v, np.dtype):
+        return v.name
+    if isinstance(v, (Expr, ClosedExpr)):
+        return "{...}"
+    if callable(v) and hasattr(v, "__name__"):
+        return v.__name__
+    return repr(v)
+
+
+def pp_expr(expr: Expr, show_src: bool = True) -> str:
+    """Render an expression the way JAX prints a jaxpr, with each equation's call site."""
+    names = {}
+    gen = _names()
+
+    def name(v):
+        if isinstance(v, Lit):
+            return repr(v.val.item())
+        if v not in names:
+            names[v] = next(gen)
+        return names[v]
+
+    def binder(v):
+        return f"{name(v)}:{v.aval.str_short()}"
+
+    consts = " ".join(binder(v) for v in expr.in_binders[:expr.n_consts])
+    args = " ".join(binder(v) for v in expr.in_binders[expr.n_consts:])
+    lines = ["{ lambda " + (consts + "; " if consts else "") + args + ". let"]
+    rows = []
+    for e in expr.eqns:
+        params = " ".join(f"{k}={_fmt_param(v)}" for k, v in e.params.items())
+        rhs = e.prim.name + (f"[{params}]" if params else "") + " " + " ".join(
+            name(x) for x in e.inputs)
+        rows.append((f"    {binder(e.out)} = {rhs}", e.src))
+    width = max((len(r[0]) for r in rows), default=0)
+    for text, src in rows:
+        lines.append(text.ljust(width) + (f"    # {src}" if show_src and src else ""))
+    outs = ", ".join(name(v) for v in expr.outs)
+    lines.append(f"  in ({outs},) }}" if len(expr.outs) == 1 else f"  in ({outs}) }}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# primitives
+# ---------------------------------------------------------------------------------------------
+
+class Primitive:
+    """A primitive operation with all of its rules kept together.
+
+    shape(*avals, **params) -> ShapedArray; impl(*np_arrays, **params) -> np.ndarray;
+    vjp(ct, *xs, out, **params) -> tuple aligned with xs (None = zero / not differentiable);
+    jvp(tangents, xs, out, **params) -> tangent or None (tangents hold None for zeros);
+    batch(args, dims, **params) -> (out, out_dim) with every dim 0 or None.
+    """
+
+    def __init__(self, name, shape, impl, vjp=None, jvp=None, batch=None, kind="other"):
+        self.name, self.shape, self.impl = name, shape, impl
+        self.vjp, self.jvp, self.batch, self.kind = vjp, jvp, batch, kind
+        self.call_impl = None  # call-like primitives: run the body eagerly
+        self.inline = None  # call-like primitives: jit inlines the body
+        self.effectful = False  # never removed or merged by jit's passes
+        self.vjp_group = False  # custom_vjp, scan, cond calls: ad runs the group's fwd/bwd
+
+    def __repr__(self):
+        return self.name
+
+    def bind(self, *args, **params):
+        return bind(self, *args, **params)
+
+
+PRIMITIVES: dict[str, Primitive] = {}
+
+
+def defprim(name, shape, impl, vjp=None, jvp=None, batch=None, kind="other") -> Primitive:
+    """Define a primitive and register it."""
+    p = Primitive(name, shape, impl, vjp, jvp, batch, kind)
+    PRIMITIVES[name] = p
+    return p
+
+
+# ---------------------------------------------------------------------------------------------
+# arrays and tracers
+# ---------------------------------------------------------------------------------------------
+
+_numpy_api = None  # funcgrad.numpy, set when it is imported (it supplies operator methods)
+
+
+def set_numpy_api(module):
+    global _numpy_api
+    _numpy_api = module
+
+
+class ArrayBase:
+    """Operators and methods shared by concrete Arrays and tracers."""
+    __slots__ = ()
+    __array_priority__ = 100
+
+    shape = property(lambda self: self.aval.shape)
+    dtype = property(lambda self: self.aval.dtype)
+    ndim = property(lambda self: len(self.aval.shape))
+    size = property(lambda self: self.aval.size)
+    T = property(lambda self: _numpy_api.transpose(self))
+    at = property(lambda self: _numpy_api._IndexUpdateHelper(self))
+    real = property(lambda self: _numpy_api.real(self))
+    imag = property(lambda self: _numpy_api.imag(self))
+    mT = property(lambda self: _numpy_api.swapaxes(self, -1, -2))
+
+    def __len__(self):
+        if not self.aval.shape:
+            raise TypeError("len() of unsized object (a 0-d array)")
+        return self.aval.shape[0]
+
+    def __iter__(self):
+        if not self.aval.shape:
+            raise TypeError("iteration over a 0-d array")
+        return (self[i] for i in range(self.aval.shape[0]))
+
+    def __getitem__(self, idx):
+        return _numpy_api._getitem(self, idx)
+
+    def __setitem__(self, idx, val):
+        raise TypeError("funcgrad arrays are immutable; use x.at[idx].set(value) instead")
+
+    def __neg__(self): return _numpy_api.negative(self)
+    def __pos__(self): return self
+    def __abs__(self): return _numpy_api.abs(self)
+    def __invert__(self): return _numpy_api.invert(self)
+    def __add__(self, o): return _numpy_api.add(self, o)
+    def __radd__(self, o): return _numpy_api.add(o, self)
+    def __sub__(self, o): return _numpy_api.subtract(self, o)
+    def __rsub__(self, o): return _numpy_api.subtract(o, self)
+    def __mul__(self, o): return _numpy_api.multiply(self, o)
+    def __rmul__(self, o): return _numpy_api.multiply(o, self)
+    def __truediv__(self, o): return _numpy_api.divide(self, o)
+    def __rtruediv__(self, o): return _numpy_api.divide(o, self)
+    def __floordiv__(self, o): return _numpy_api.floor_divide(self, o)
+    def __rfloordiv__(self, o): return _numpy_api.floor_divide(o, self)
+    def __mod__(self, o): return _numpy_api.remainder(self, o)
+    def __rmod__(self, o): return _numpy_api.remainder(o, self)
+    def __pow__(self, o): return _numpy_api.power(self, o)
+    def __rpow__(self, o): return _numpy_api.power(o, self)
+    def __matmul__(self, o): return _numpy_api.matmul(self, o)
+    def __rmatmul__(self, o): return _numpy_api.matmul(o, self)
+    def __lt__(self, o): return _numpy_api.less(self, o)
+    def __le__(self, o): return _numpy_api.less_equal(self, o)
+    def __gt__(self, o): return _numpy_api.greater(self, o)
+    def __ge__(self, o): return _numpy_api.greater_equal(self, o)
+    def __eq__(self, o): return _numpy_api.equal(self, o)
+    def __ne__(self, o): return _numpy_api.not_equal(self, o)
+    def __and__(self, o): return _numpy_api.bitwise_and(self, o)
+    def __rand__(self, o): return _numpy_api.bitwise_and(o, self)
+    def __or__(self, o): return _numpy_api.bitwise_or(self, o)
+    def __ror__(self, o): return _numpy_api.bitwise_or(o, self)
+    def __xor__(self, o): return _numpy_api.bitwise_xor(self, o)
+    def __rxor__(self, o): return _numpy_api.bitwise_xor(o, self)
+    def __lshift__(self, o): return _numpy_api.left_shift(self, o)
+    def __rshift__(self, o): return _numpy_api.right_shift(self, o)
+    __hash__ = None
+
+    # in-place operators rebind (arrays are immutable, as in JAX); the array API forbids an
+    # in-place result whose dtype or shape differs from the left operand's: that raises
+    def _inplace(self, op, o, sym):
+        out = getattr(self, op)(o)
+        if out.shape != self.shape or out.dtype != self.dtype:
+            raise TypeError(
+                f"x {sym}= y would change x from {self.aval.str_short()} to "
+                f"{out.aval.str_short()}: funcgrad arrays are immutable, so an in-place operator "
+                f"rebinds x to x {sym} y, which must keep x's dtype and shape "
+                f"(write x = x {sym} y instead)\n  at {user_frame_src()}")
+        return out
+
+    def __iadd__(self, o): return self._inplace("__add__", o, "+")
+    def __isub__(self, o): return self._inplace("__sub__", o, "-")
+    def __imul__(self, o): return self._inplace("__mul__", o, "*")
+    def __itruediv__(self, o): return self._inplace("__truediv__", o, "/")
+    def __ifloordiv__(self, o): return self._inplace("__floordiv__", o, "//")
+    def __imod__(self, o): return self._inplace("__mod__", o, "%")
+    def __ipow__(self, o): return self._inplace("__pow__", o, "**")
+    def __imatmul__(self, o): return self._inplace("__matmul__", o, "@")
+    def __iand__(self, o): return self._inplace("__and__", o, "&")
+    def __ior__(self, o): return self._inplace("__or__", o, "|")
+    def __ixor__(self, o): return self._inplace("__xor__", o, "^")
+    def __ilshift__(self, o): return self._inplace("__lshift__", o, "<<")
+    def __irshift__(self, o): return self._inplace("__rshift__", o, ">>")
+
+    def __array_namespace__(self, *, api_version=None):
+        """funcgrad.numpy, the array API standard namespace of this array."""
+        if api_version not in (None, "2021.12", "2022.12", "2023.12", "2024.12", "2025.12"):
+            raise ValueError(f"unsupported array API version {api_version!r}")
+        return _numpy_api
+
+    def astype(self, dtype): return _numpy_api.asarray(self, dtype=dtype)
+    def reshape(self, *shape, order="C"):
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = shape[0]
+        return _numpy_api.reshape(self, shape, order=order)
+    def transpose(self, *axes):
+        if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
+            axes = axes[0]
+        return _numpy_api.transpose(self, axes or None)
+    def sum(self, axis=None, dtype=None, keepdims=False):
+        return _numpy_api.sum(self, axis=axis, dtype=dtype, keepdims=keepdims)
+    def mean(self, axis=None, dtype=None, keepdims=False):
+        return _numpy_api.mean(self, axis=axis, dtype=dtype, keepdims=keepdims)
+    def max(self, axis=None, keepdims=False): return _numpy_api.max(self, axis, keepdims=keepdims)
+    def min(self, axis=None, keepdims=False): return _numpy_api.min(self, axis, keepdims=keepdims)
+    def prod(self, axis=None, keepdims=False):
+        return _numpy_api.prod(self, axis, keepdims=keepdims)
+    def var(self, axis=None, ddof=0, keepdims=False):
+        return _numpy_api.var(self, axis, ddof=ddof, keepdims=keepdims)
+    def std(self, axis=None, ddof=0, keepdims=False):
+        return _numpy_api.std(self, axis, ddof=ddof, keepdims=keepdims)
+    def argmax(self, axis=None, keepdims=False):
+        return _numpy_api.argmax(self, axis, keepdims=keepdims)
+    def argmin(self, axis=None, keepdims=False):
+        return _numpy_api.argmin(self, axis, keepdims=keepdims)
+    def all(self, axis=None, keepdims=False): return _numpy_api.all(self, axis, keepdims=keepdims)
+    def any(self, axis=None, keepdims=False): return _numpy_api.any(self, axis, keepdims=keepdims)
+    def repeat(self, repeats, axis=None): return _numpy_api.repeat(self, repeats, axis)
+    def squeeze(self, axis=None): return _numpy_api.squeeze(self, axis)
+    def flatten(self): return _numpy_api.ravel(self)
+    def ravel(self): return _numpy_api.ravel(self)
+    def clip(self, min=None, max=None): return _numpy_api.clip(self, min, max)
+    def swapaxes(self, a, b): return _numpy_api.swapaxes(self, a, b)
+    def dot(self, other): return _numpy_api.dot(self, other)
+    def conj(self): return _numpy_api.conjugate(self)
+    def conjugate(self): return _numpy_api.conjugate(self)
+    def take(self, indices, axis=None): return _numpy_api.take(self, indices, axis)
+    def round(self, decimals=0): return _numpy_api.round(self, decimals)
+
+
+class DeletedBuffer:
+    """Stands in for the buffer of an Array that was donated (or deleted): any use raises.
+
+    `made` counts them: an Array's buffer is replaced only by one of these (Array.delete,
+    jit's donation), so a count unchanged since some moment means no Array was deleted since.
+    """
+    __slots__ = ("_why",)
+    made = 0
+
+    def __init__(self, why):
+        self._why = why     # a str, or (jit's name, user_frame()) of a donation
+        DeletedBuffer.made += 1
+
+    @property
+    def why(self) -> str:
+        w = self._why
+        if isinstance(w, str):
+            return w
+        name, where = w
+        return f"it was donated to jit({name}) (donate_argnums) at {_fmt_src(where)}"
+
+    def __getattr__(self, name):
+        self.raise_error()
+
+    def raise_error(self):
+        raise RuntimeError(f"this Array was deleted: {self.why}; it can no longer be read "
+                           "(use the function's results instead)")
+
+
+class Array(ArrayBase):
+    """A concrete array living on a device (numpy memory for "cpu", GPU memory for "cuda")."""
+    __slots__ = ("__weakref__", "aval", "buf", "device")
+
+    def __init__(self, buf, aval: ShapedArray, device: str = "cpu"):
+        self.buf, self.aval, self.device = buf, aval, device
+
+    def is_deleted(self) -> bool:
+        """True once the array was donated to a jitted call (donate_argnums) or deleted."""
+        return type(self.buf) is DeletedBuffer
+
+    def delete(self):
+        """Free this array's buffer now (later reads raise), as jax.Array.delete."""
+        self.buf = DeletedBuffer("Array.delete() was called")
+
+    def __array__(self, dtype=None, copy=None):
+        if type(self.buf) is DeletedBuffer:
+            self.buf.raise_error()
+        a = get_backend(self.device).to_numpy(self.buf)
+        return a if dtype is None else a.astype(dtype)
+
+    def __repr__(self):
+        body = np.array2string(np.asarray(self), separator=", ", prefix="Array(")
+        return f"Array({body}, dtype={self.dtype.name})"
+
+    def _scalar(self, cast):
+        if self.aval.size != 1:
+            raise TypeError(f"only size-1 arrays can be converted to Python scalars, "
+                            f"got {self.aval.str_short()}")
+        return cast(np.asarray(self).reshape(()))
+
+    def __bool__(self): return self._scalar(bool)
+    def __float__(self): return self._scalar(float)
+    def __int__(self): return self._scalar(int)
+    def __complex__(self): return self._scalar(complex)
+    def __index__(self):
+        if not is_int(self.dtype):
+            raise TypeError(f"only integer arrays can be used as an index, got {self.dtype}")
+        return self._scalar(int)
+    def item(self): return np.asarray(self).item()
+    def tolist(self): return np.asarray(self).tolist()
+    def to_device(self, device, /, *, stream=None):
+        """This array on `device` ("cpu" or "cuda"), as the array API's to_device."""
+        return to_array(self, device)
+
+    def block_until_ready(self):
+        get_backend(self.device).synchronize()
+        return self
+
+    @property
+    def __cuda_array_interface__(self):
+        """CUDA array interface (v3) of a "cuda" array, zero-copy (CuPy, numba, PyTorch)."""
+        if self.device == "cpu":
+            raise AttributeError("a cpu Array has no __cuda_array_interface__")
+        # a strided view is swapped for an equal contiguous buffer that this Array then owns
+        self.buf, cai = get_backend(self.device).cuda_array_interface(self.buf)
+        return cai
+
+    # __dlpack__ and __dlpack_device__ are attached by funcgrad.dlpack (which imports core)
+
+
+class ConcretizationError(FuncgradError, TypeError):
+    """A traced value was used where Python needs a concrete value."""
+
+
+class Tracer(ArrayBase):
+    """A value being staged into an expression by a Builder."""
+    __slots__ = ("builder", "var")
+
+    def __init__(self, builder, var):
+        self.builder, self.var = builder, var
+
+    aval = property(lambda self: self.var.aval)
+
+    def _concrete(self, what):
+        raise ConcretizationError(
+            f"{what} needs a concrete value, but got a traced array {self.aval.str_short()} "
+            f"(inside jit/grad/vmap tracing).\n  at {user_frame_src()}\n"
+            "Use funcgrad.numpy.where(...) for value-dependent choices, or mark the argument "
+            "static with jit(..., static_argnums=...).")
+
+    def __bool__(self): self._concrete("bool() / an if-statement")
+    def __float__(self): self._concrete("float()")
+    def __int__(self): self._concrete("int()")
+    def __index__(self): self._concrete("using an array as a Python index")
+    def __array__(self, dtype=None, copy=None): self._concrete("numpy.asarray()")
+    def item(self): self._concrete(".item()")
+    def tolist(self): self._concrete(".tolist()")
+
+    def __repr__(self):
+        return f"Traced<{self.aval.str_short()}>"
+
+
+# ---------------------------------------------------------------------------------------------
+# backends (cpu always; cuda loaded lazily by funcgrad.devices)
+# ---------------------------------------------------------------------------------------------
+
+_backends: dict[str, Any] = {}
+_backend_factories: dict[str, Callable[[], Any]] = {}
+
+
+_backend_probes: dict[str, Callable[[], bool]] = {}
+
+
+def register_backend(name: str, factory: Callable[[], Any], available=None):
+    """Make device `name` known: `factory()` builds its backend on first use; `available()`
+    (optional) says, without building it, whether it should be the default device."""
+    _backend_factories[name] = factory
+    if available is not None:
+        _backend_probes[name] = available
+
+
+def get_backend(name: str):
+    b = _backends.get(name)
+    if b is None:
+        if name not in _backend_factories:
+            raise ValueError(f"unknown device {name!r}; known: {sorted(_backend_factories)}")
+        b = _backends[name] = _backend_factories[name]()
+    return b
+
+
+def to_array(x, device: str | None = None) -> Array:
+    """A concrete Array from an Array, numpy array or Python scalar (on `device` if given)."""
+    if isinstance(x, Array):
+        if device is None or x.device == device:
+            return x
+        return Array(get_backend(device).from_numpy(np.asarray(x)), x.aval, device)
+    if isinstance(x, Tracer):
+        raise TypeError("to_array got a tracer")
+    aval = aval_of(x)
+    arr = np.asarray(x, dtype=aval.dtype)
+    dev = device or default_device()
+    return Array(get_backend(dev).from_numpy(arr), aval, dev)
+
+
+_default_device = [None]
+
+
+def default_device() -> str:
+    """The device of new arrays: config's "default_device", else "cuda" when a real GPU is
+    usable (never the simulator), else "cpu"."""
+    from funcgrad.config import config
+    if config.default_device:
+        return config.default_device
+    if _default_device[0] is None:
+        _default_device[0] = "cuda" if _cuda_usable() else "cpu"
+    return _default_device[0]
+
+
+def _cuda_usable() -> bool:
+    probe = _backend_probes.get("cuda")
+    if probe is None:
+        return False
+    try:
+        return bool(probe())
+    except (ImportError, AttributeError):
+        return False
+
+
+# ---------------------------------------------------------------------------------------------
+# tracing: builders stage equations; bind dispatches to the innermost one or runs eagerly
+# ---------------------------------------------------------------------------------------------
+
+class Builder:
+    """Collects the equations of one trace (one level of the trace stack)."""
+
+    def __init__(self, level: int):
+        self.level = level
+        self.eqns: list[Eqn] = []
+        self.consts: dict[int, tuple[Var, Any]] = {}
+
+    def new_arg(self, aval: ShapedArray) -> Tracer:
+        return Tracer(self, Var(aval))
+
+    def lift(self, x) -> Any:
+        """The Var or Lit standing for `x` in this builder's expression."""
+        if isinstance(x, Tracer) and x.builder is self:
+            return x.var
+        if isinstance(x, Lit):
+            return x
+        if not isinstance(x, ArrayBase):
+            aval = aval_of(x)
+            if aval.ndim == 0:
+                return Lit(np.asarray(x, dtype=aval.dtype))
+        key = id(x)
+        hit = self.consts.get(key)
+        if hit is None:
+            hit = self.consts[key] = (Var(aval_of(x)), x)
+        return hit[0]
+
+    def add_eqn(self, prim, inputs, params, aval, src) -> Tracer:
+        out = Var(aval)
+        self.eqns.append(Eqn(prim, inputs, params, out, src, current_tag()))
+        return Tracer(self, out)
+
+    def build(self, in_tracers, out_vals) -> tuple[Expr, list]:
+        outs = [self.lift(o) for o in out_vals]
+        outs = [self._materialize(o) for o in outs]
+        const_vars = [v for v, _ in self.consts.values()]
+        const_vals = [x for _, x in self.consts.values()]
+        ins = const_vars + [t.var for t in in_tracers]
+        return Expr(ins, self.eqns, outs, n_consts=len(const_vars)), const_vals
+
+    def _materialize(self, o):
+        # outputs must be variables: a literal output becomes a constant input
+        if isinstance(o, Lit):
+            v = Var(o.aval)
+            self.consts[id(v)] = (v, o.val)
+            return v
+        return o
+
+
+def _stack():
+    s = getattr(_state, "stack", None)
+    if s is None:
+        s = _state.stack = []
+    return s
+
+
+@contextlib.contextmanager
+def new_builder():
+    """Push a new innermost trace; every op bound inside is staged into it."""
+    stack = _stack()
+    b = Builder(len(stack) + 1)
+    stack.append(b)
+    try:
+        yield b
+    finally:
+        stack.pop()
+
+
+def current_builder() -> Builder | None:
+    s = _stack()
+    return s[-1] if s else None
+
+
+def bind(prim: Primitive, *args, **params):
+    """Apply a primitive: staged into the innermost trace, or run on a backend."""
+    stack = _stack()
+    if stack:
+        b = stack[-1]
+        for a in args:
+            if isinstance(a, Tracer) and a.builder.level > b.level:
+                raise FuncgradError(
+                    f"{prim.name}: a traced value escaped its transformation (leaked tracer "
+                    f"{a.aval.str_short()}); return it from the transformed function instead."
+                    f"\n  at {user_frame_src()}")
+        ins = [b.lift(a) for a in args]
+        avals = [v.aval for v in ins]
+        src = user_frame_src()
+        aval = _check(prim, avals, params)
+        return b.add_eqn(prim, ins, params, aval, src)
+    return eval_prim(prim, args, params)
+
+
+def _check(prim, avals, params) -> ShapedArray:
+    return prim.shape(*avals, **params)
+
+
+_eval_hooks: list = []
+
+
+def eval_prim(prim: Primitive, args, params):
+    """Run a primitive on concrete values on the device of its array inputs."""
+    device = None
+    on_cpu = False
+    for a in args:
+        if isinstance(a, Tracer):
+            raise FuncgradError(f"{prim.name}: a traced value escaped its transformation "
+                                f"(leaked tracer {a.aval.str_short()}).\n  at {user_frame_src()}")
+        if isinstance(a, Array):
+            if a.device != "cpu":
+                device = a.device
+            else:
+                on_cpu = True
+    # a GPU array puts the op on the GPU; arrays placed on the CPU keep it there (as jit does);
+    # only numpy values and Python numbers go to the default device
+    device = device or ("cpu" if on_cpu else default_device())
+    if prim.call_impl is not None:  # call-like primitives run their body op by op
+        return prim.call_impl(*args, **params)
+    avals = [aval_of(a) for a in args]
+    aval = _check(prim, avals, params)
+    backend = get_backend(device)
+    bufs = [a.buf if isinstance(a, Array) and a.device == device else
+            backend.from_value(np.asarray(a.buf if isinstance(a, Array) else a, dtype=av.dtype))
+            for a, av in zip(args, avals)]
+    out = Array(backend.apply(prim, bufs, params, aval), aval, device)
+    for hook in _eval_hooks:
+        hook(prim, params, out)
+    return out
+
+
+def trace_to_expr(f: Callable, avals: list[ShapedArray]) -> tuple[Expr, list, Any]:
+    """Trace f(*tracers) -> list of outputs into an Expr (plus its constants' values)."""
+    with new_builder() as b:
+        ins = [b.new_arg(a) for a in avals]
+        outs = f(*ins)
+        expr, consts = b.build(ins, list(outs))
+    return expr, consts, None
+
+
+def eval_expr(expr: Expr, args: list, consts: list = ()) -> list:
+    """Evaluate an expression by binding each equation (so it composes with outer traces)."""
+    env: dict[Var, Any] = {}
+    vals = list(consts) + list(args)
+    if len(vals) != len(expr.in_binders):
+        raise TypeError(f"expression expects {len(expr.in_binders)} inputs, got {len(vals)}")
+    for v, x in zip(expr.in_binders, vals):
+        env[v] = x
+
+    def read(x):
+        return x.val if isinstance(x, Lit) else env[x]
+
+    for e in expr.eqns:
+        with source_info(e.src), eqn_tag(e.tag):
+            env[e.out] = bind(e.prim, *[read(x) for x in e.inputs], **e.params)
+    return [read(o) for o in expr.outs]
+
+
+def typecheck_expr(expr: Expr) -> None:
+    """Re-run every shape rule over an expression; raise if any binder's type disagrees."""
+    env = set(expr.in_binders)
+    for e in expr.eqns:
+        for x in e.inputs:
+            if isinstance(x, Var) and x not in env:
+                raise TypeError(f"{e.prim.name}: input used before it is bound ({e.src})")
+        aval = e.prim.shape(*[x.aval for x in e.inputs], **e.params)
+        if aval != e.out.aval:
+            raise TypeError(f"{e.prim.name}: binder type {e.out.aval} != rule {aval} ({e.src})")
+        env.add(e.out)
+    for o in expr.outs:
+        if isinstance(o, Var) and o not in env:
+            raise TypeError("expression output is not bound")
+
+
+def _register_config_hooks():
+    from funcgrad.config import config, on_update
+    on_update("enable_x64", _set_x64)
+    _set_x64(config.enable_x64)
+
+
+_register_config_hooks()

@@ -1,0 +1,545 @@
+"""More of jax.lax (issue 12): elementwise ops, reductions, cumulative ops, sorting and top_k,
+dynamic slicing, shape helpers, and the collective names (which need a named axis).
+
+Everything here is a composition of primitives or of funcgrad.numpy, so it differentiates,
+batches, jits and runs on CUDA like the rest; dynamic slices clamp their start indices into
+range, as lax does.
+"""
+from __future__ import annotations
+
+import builtins
+import enum
+
+import numpy as np
+
+from funcgrad import numpy as fnp
+from funcgrad import prims as P
+from funcgrad.lax.special import digamma, erf_inv, erfc, lgamma  # noqa: F401
+from funcgrad.core import bind
+from funcgrad.numpy._cumulative import associative_scan_axis
+
+# ---------------------------------------------------------------------------------------------
+# elementwise
+# ---------------------------------------------------------------------------------------------
+
+abs = fnp.abs  # noqa: A001
+add, sub, mul, neg = fnp.add, fnp.subtract, fnp.multiply, fnp.negative
+sign, floor, ceil = fnp.sign, fnp.floor, fnp.ceil
+exp, exp2, log, log1p, expm1 = fnp.exp, fnp.exp2, fnp.log, fnp.log1p, fnp.expm1
+sin, cos, tan, tanh, sinh, cosh = fnp.sin, fnp.cos, fnp.tan, fnp.tanh, fnp.sinh, fnp.cosh
+asin, acos, atan, atan2 = fnp.arcsin, fnp.arccos, fnp.arctan, fnp.arctan2
+asinh, acosh, atanh = fnp.arcsinh, fnp.arccosh, fnp.arctanh
+sqrt, cbrt, square = fnp.sqrt, fnp.cbrt, fnp.square
+max, min = fnp.maximum, fnp.minimum  # noqa: A001
+eq, ne, lt, le, gt, ge = (fnp.equal, fnp.not_equal, fnp.less, fnp.less_equal, fnp.greater,
+                          fnp.greater_equal)
+bitwise_and, bitwise_or, bitwise_xor, bitwise_not = (fnp.bitwise_and, fnp.bitwise_or,
+                                                     fnp.bitwise_xor, fnp.bitwise_not)
+shift_left = fnp.left_shift
+is_finite = fnp.isfinite
+population_count = fnp.bitwise_count
+
+
+def div(x, y):
+    """lax.div: true division for floats, truncation toward zero for integers."""
+    a, b = fnp._base.promote_args("div", x, y)
+    return bind(P.div_p, a, b)
+
+
+def rem(x, y):
+    """lax.rem: the remainder with the dividend's sign (C fmod)."""
+    return fnp.fmod(x, y)
+
+
+def pow(x, y):  # noqa: A001
+    return fnp.power(x, y)
+
+
+def shift_right_logical(x, y):
+    a, b = fnp._base.promote_args("shift_right_logical", x, y)
+    return bind(P.shift_right_logical_p, a, b)
+
+
+def shift_right_arithmetic(x, y):
+    return fnp.right_shift(x, y)
+
+
+def round(x, rounding_method=0):  # noqa: A001
+    """lax.round: half away from zero (rounding_method 0) or half to even (1)."""
+    x = fnp.asarray(x)
+    if int(rounding_method) == 1:
+        return fnp.round(x)
+    return fnp.sign(x) * fnp.floor(fnp.abs(x) + 0.5)
+
+
+class RoundingMethod(enum.IntEnum):
+    AWAY_FROM_ZERO = 0
+    TO_NEAREST_EVEN = 1
+
+
+def clamp(min, x, max):  # noqa: A002
+    """lax.clamp(min, x, max): x limited to [min, max]."""
+    return fnp.minimum(fnp.maximum(x, min), max)
+
+
+def select_n(which, *cases):
+    """lax.select_n: cases[which] elementwise (which bool for two cases, else int)."""
+    if not cases:
+        raise ValueError("select_n: at least one case is required")
+    which = fnp.asarray(which)
+    if len(cases) == 1:
+        return fnp.asarray(cases[0])
+    if which.dtype == np.bool_:
+        if len(cases) != 2:
+            raise ValueError("select_n: a boolean selector needs exactly two cases")
+        return fnp.where(which, cases[1], cases[0])
+    out = fnp.asarray(cases[0])
+    for k in range(1, len(cases)):
+        out = fnp.where(which == k, cases[k], out)
+    return out
+
+
+def reciprocal(x):
+    return fnp.reciprocal(x)
+
+
+def conj(x):
+    return fnp.conjugate(x)
+
+
+def real(x):
+    return fnp.real(x)
+
+
+def imag(x):
+    return fnp.imag(x)
+
+
+def optimization_barrier(operand):
+    """Identity (funcgrad's optimizer never moves computation across it anyway)."""
+    return operand
+
+
+# ---------------------------------------------------------------------------------------------
+# reductions, cumulative ops, sorting
+# ---------------------------------------------------------------------------------------------
+
+def _axes(axes):
+    return tuple(int(a) for a in axes)
+
+
+def reduce_sum(operand, axes):
+    return fnp.sum(operand, axis=_axes(axes))
+
+
+def reduce_prod(operand, axes):
+    return fnp.prod(operand, axis=_axes(axes))
+
+
+def reduce_max(operand, axes):
+    return fnp.max(operand, axis=_axes(axes))
+
+
+def reduce_min(operand, axes):
+    return fnp.min(operand, axis=_axes(axes))
+
+
+def reduce_and(operand, axes):
+    return fnp.all(operand, axis=_axes(axes))
+
+
+def reduce_or(operand, axes):
+    return fnp.any(operand, axis=_axes(axes))
+
+
+def argmax(operand, axis, index_dtype):
+    return fnp.asarray(fnp.argmax(operand, axis), index_dtype)
+
+
+def argmin(operand, axis, index_dtype):
+    return fnp.asarray(fnp.argmin(operand, axis), index_dtype)
+
+
+def _cum(op):
+    def f(operand, axis=0, reverse=False):
+        x = fnp.asarray(operand)
+        ax = fnp._base._norm_axis(axis, x.ndim, "cumulative")
+        return associative_scan_axis(op, x, ax, reverse)
+    return f
+
+
+cumsum = _cum(lambda a, b: a + b)
+cumsum.__doc__ = "lax.cumsum(operand, axis=0, reverse=False): inclusive running sum."
+cumprod = _cum(lambda a, b: a * b)
+cummax = _cum(fnp.maximum)
+cummin = _cum(fnp.minimum)
+cumlogsumexp = _cum(fnp.logaddexp)
+
+
+def sort(operand, dimension=-1, is_stable=True, num_keys=1):
+    """lax.sort of one array, or of a tuple of arrays by the first num_keys of them."""
+    if isinstance(operand, (tuple, list)):
+        ops = [fnp.asarray(o) for o in operand]
+        keys = ops[:num_keys]
+        idx = fnp.lexsort(keys[::-1], axis=dimension)
+        return tuple(fnp.take_along_axis(o, idx, dimension) for o in ops)
+    return fnp.sort(operand, axis=dimension)
+
+
+def sort_key_val(keys, values, dimension=-1, is_stable=True):
+    return sort((keys, values), dimension, is_stable, 1)
+
+
+def top_k(operand, k):
+    """The k largest entries of each last-axis row and their indices (ties: lower index
+    first), like lax.top_k; the values are differentiable.
+
+    Example:
+        >>> import funcgrad
+        >>> v, i = funcgrad.lax.top_k(funcgrad.numpy.array([1.0, 3.0, 2.0]), 2)
+        >>> v.tolist(), i.tolist()
+        ([3.0, 2.0], [1, 2])
+    """
+    x = fnp.asarray(operand)
+    k = int(k)
+    if x.ndim == 0 or not 0 <= k <= x.shape[-1]:
+        raise ValueError(f"top_k: k={k} must be in [0, {x.shape[-1] if x.ndim else 0}] for an "
+                         f"operand of shape {tuple(x.shape)}")
+    idx = fnp.argsort(x, axis=-1, descending=True)[..., :k]
+    return fnp.take_along_axis(x, idx, -1), idx
+
+
+approx_max_k = top_k
+
+
+def approx_min_k(operand, k, **kw):
+    v, i = top_k(-fnp.asarray(operand), k)
+    return -v, i
+
+
+# ---------------------------------------------------------------------------------------------
+# slicing and shapes
+# ---------------------------------------------------------------------------------------------
+
+def _clamped_starts(x, start_indices, sizes):
+    starts = []
+    for s, n, m in zip(start_indices, x.shape, sizes):
+        if m > n:
+            raise ValueError(f"dynamic_slice: slice size {m} exceeds the axis size {n}")
+        starts.append(fnp.clip(fnp.asarray(s, np.int32), 0, n - m))
+    return starts
+
+
+def dynamic_slice(operand, start_indices, slice_sizes):
+    """lax.dynamic_slice: a static-size window at traced starts (clamped into range)."""
+    x = fnp.asarray(operand)
+    sizes = [int(m) for m in slice_sizes]
+    if len(start_indices) != x.ndim or len(sizes) != x.ndim:
+        raise ValueError("dynamic_slice: need one start index and one size per axis")
+    for ax, (s, m) in enumerate(zip(_clamped_starts(x, start_indices, sizes), sizes)):
+        if m == x.shape[ax]:
+            continue
+        x = fnp.take(x, fnp.arange(m, dtype=np.int32) + s, axis=ax)
+    return x
+
+
+def dynamic_update_slice(operand, update, start_indices):
+    """lax.dynamic_update_slice: operand with `update` written at traced starts (clamped)."""
+    x = fnp.asarray(operand)
+    u = fnp.asarray(update, x.dtype)
+    if u.ndim != x.ndim or len(start_indices) != x.ndim:
+        raise ValueError("dynamic_update_slice: update and start_indices must match the rank")
+    starts = _clamped_starts(x, start_indices, u.shape)
+    grids = [fnp.reshape(fnp.arange(m, dtype=np.int32) + s,
+                         [m if i == ax else 1 for i in range(x.ndim)])
+             for ax, (s, m) in enumerate(zip(starts, u.shape))]
+    return x.at[tuple(grids)].set(u) if x.ndim else u
+
+
+def dynamic_slice_in_dim(operand, start_index, slice_size, axis=0):
+    x = fnp.asarray(operand)
+    ax = fnp._base._norm_axis(axis, x.ndim, "dynamic_slice_in_dim")
+    starts = [0] * x.ndim
+    sizes = list(x.shape)
+    starts[ax], sizes[ax] = start_index, slice_size
+    return dynamic_slice(x, starts, sizes)
+
+
+def dynamic_index_in_dim(operand, index, axis=0, keepdims=True):
+    out = dynamic_slice_in_dim(operand, index, 1, axis)
+    return out if keepdims else fnp.squeeze(out, axis)
+
+
+def dynamic_update_slice_in_dim(operand, update, start_index, axis):
+    x = fnp.asarray(operand)
+    ax = fnp._base._norm_axis(axis, x.ndim, "dynamic_update_slice_in_dim")
+    starts = [0] * x.ndim
+    starts[ax] = start_index
+    return dynamic_update_slice(x, update, starts)
+
+
+def dynamic_update_index_in_dim(operand, update, index, axis):
+    x = fnp.asarray(operand)
+    ax = fnp._base._norm_axis(axis, x.ndim, "dynamic_update_index_in_dim")
+    u = fnp.asarray(update)
+    if u.ndim == x.ndim - 1:
+        u = fnp.expand_dims(u, ax)
+    return dynamic_update_slice_in_dim(x, u, index, ax)
+
+
+def slice_in_dim(operand, start_index, limit_index, stride=1, axis=0):
+    x = fnp.asarray(operand)
+    ax = fnp._base._norm_axis(axis, x.ndim, "slice_in_dim")
+    n = x.shape[ax]
+    start = 0 if start_index is None else (start_index + n if start_index < 0 else start_index)
+    limit = n if limit_index is None else (limit_index + n if limit_index < 0 else limit_index)
+    lo, hi, st = [0] * x.ndim, list(x.shape), [1] * x.ndim
+    lo[ax], hi[ax], st[ax] = start, limit, stride
+    return bind(P.slice_p, x, start_indices=tuple(lo), limit_indices=tuple(hi),
+                strides=tuple(st))
+
+
+def index_in_dim(operand, index, axis=0, keepdims=True):
+    x = fnp.asarray(operand)
+    ax = fnp._base._norm_axis(axis, x.ndim, "index_in_dim")
+    index = index + x.shape[ax] if index < 0 else index
+    out = slice_in_dim(x, index, index + 1, 1, ax)
+    return out if keepdims else fnp.squeeze(out, ax)
+
+
+def reshape(operand, new_sizes, dimensions=None):
+    x = fnp.asarray(operand)
+    if dimensions is not None:
+        x = fnp.transpose(x, dimensions)
+    return fnp.reshape(x, tuple(new_sizes))
+
+
+def transpose(operand, permutation):
+    return fnp.transpose(operand, permutation)
+
+
+def squeeze(array, dimensions):
+    return fnp.squeeze(array, tuple(dimensions))
+
+
+def expand_dims(array, dimensions):
+    return fnp.expand_dims(array, tuple(dimensions))
+
+
+def rev(operand, dimensions):
+    return fnp.flip(operand, tuple(dimensions))
+
+
+def concatenate(operands, dimension):
+    return fnp.concatenate(operands, dimension)
+
+
+def pad(operand, padding_value, padding_config):
+    """lax.pad: (low, high, interior) per axis; negative low/high crop."""
+    x = fnp.asarray(operand)
+    cfg = [tuple(int(v) for v in c) for c in padding_config]
+    crop = [(builtins.max(-lo, 0), builtins.max(-hi, 0)) for lo, hi, _ in cfg]
+    out = bind(P.pad_p, x, padding_config=tuple((builtins.max(lo, 0), builtins.max(hi, 0), it)
+                                                for lo, hi, it in cfg), value=0.0)
+    mask = bind(P.pad_p, fnp.ones(x.shape, np.bool_) if x.size else fnp.zeros(x.shape, bool),
+                padding_config=tuple((builtins.max(lo, 0), builtins.max(hi, 0), it)
+                                     for lo, hi, it in cfg), value=0.0)
+    out = fnp.where(mask, out, fnp.asarray(padding_value, x.dtype))
+    if any(c != (0, 0) for c in crop):
+        out = bind(P.slice_p, out, start_indices=tuple(c[0] for c in crop),
+                   limit_indices=tuple(n - c[1] for n, c in zip(out.shape, crop)),
+                   strides=(1,) * out.ndim)
+    return out
+
+
+def broadcast(operand, sizes):
+    x = fnp.asarray(operand)
+    return fnp.broadcast_to(x, tuple(sizes) + tuple(x.shape))
+
+
+def broadcast_to_rank(x, rank):
+    x = fnp.asarray(x)
+    return fnp.reshape(x, (1,) * (rank - x.ndim) + tuple(x.shape))
+
+
+def broadcasted_iota(dtype, shape, dimension):
+    return bind(P.iota_p, dtype=np.dtype(dtype), shape=tuple(int(s) for s in shape),
+                dimension=int(dimension))
+
+
+def collapse(operand, start_dimension, stop_dimension=None):
+    x = fnp.asarray(operand)
+    stop = x.ndim if stop_dimension is None else stop_dimension
+    shape = tuple(x.shape)
+    return fnp.reshape(x, shape[:start_dimension] + (-1,) + shape[stop:])
+
+
+def full(shape, fill_value, dtype=None, *, sharding=None):
+    return fnp.full(shape, fill_value, dtype)
+
+
+def full_like(x, fill_value, dtype=None, shape=None, sharding=None):
+    return fnp.full_like(x, fill_value, dtype, shape)
+
+
+def zeros_like_array(x):
+    return fnp.zeros_like(x)
+
+
+def dot(lhs, rhs, precision=None, preferred_element_type=None):
+    out = fnp.dot(lhs, rhs, precision=precision)
+    return out if preferred_element_type is None else fnp.asarray(out, preferred_element_type)
+
+
+def batch_matmul(lhs, rhs, precision=None):
+    return fnp.matmul(lhs, rhs, precision=precision)
+
+
+class Precision(enum.Enum):
+    """Matmul precision (JAX's names): DEFAULT follows funcgrad.config's
+    "default_matmul_precision", HIGH is TF32 and HIGHEST full float32 for float32 products on
+    CUDA; the CPU computes in the operand dtype."""
+    DEFAULT = 0
+    HIGH = 1
+    HIGHEST = 2
+
+
+# ---------------------------------------------------------------------------------------------
+# collectives over the named axes of pmap / vmap(axis_name=): funcgrad/lax/parallel.py
+# ---------------------------------------------------------------------------------------------
+
+from funcgrad.lax.parallel import (
+    all_gather,
+    axis_index,
+    pmax,
+    pmean,
+    pmin,
+    ppermute,
+    psum,
+    psum_scatter,
+)
+
+
+def all_to_all(x, axis_name, split_axis, concat_axis, *, axis_index_groups=None, tiled=False):
+    """lax.all_to_all: not built yet (issue 14); raises."""
+    raise NotImplementedError("lax.all_to_all is not implemented by funcgrad yet; psum, pmean, "
+                              "pmax, pmin, all_gather, psum_scatter, ppermute and axis_index "
+                              "are")
+
+
+__all__ = [
+    "abs",
+    "add",
+    "sub",
+    "mul",
+    "neg",
+    "sign",
+    "floor",
+    "ceil",
+    "exp",
+    "exp2",
+    "log",
+    "log1p",
+    "expm1",
+    "sin",
+    "cos",
+    "tan",
+    "tanh",
+    "sinh",
+    "cosh",
+    "asin",
+    "acos",
+    "atan",
+    "atan2",
+    "asinh",
+    "acosh",
+    "atanh",
+    "sqrt",
+    "cbrt",
+    "square",
+    "max",
+    "min",
+    "eq",
+    "ne",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "bitwise_and",
+    "bitwise_or",
+    "bitwise_xor",
+    "bitwise_not",
+    "shift_left",
+    "is_finite",
+    "population_count",
+    "div",
+    "rem",
+    "pow",
+    "shift_right_logical",
+    "shift_right_arithmetic",
+    "round",
+    "RoundingMethod",
+    "clamp",
+    "select_n",
+    "reciprocal",
+    "conj",
+    "real",
+    "imag",
+    "optimization_barrier",
+    "reduce_sum",
+    "reduce_prod",
+    "reduce_max",
+    "reduce_min",
+    "reduce_and",
+    "reduce_or",
+    "argmax",
+    "argmin",
+    "cumsum",
+    "cumprod",
+    "cummax",
+    "cummin",
+    "cumlogsumexp",
+    "sort",
+    "sort_key_val",
+    "top_k",
+    "approx_max_k",
+    "approx_min_k",
+    "dynamic_slice",
+    "dynamic_update_slice",
+    "dynamic_slice_in_dim",
+    "dynamic_index_in_dim",
+    "dynamic_update_slice_in_dim",
+    "dynamic_update_index_in_dim",
+    "slice_in_dim",
+    "index_in_dim",
+    "reshape",
+    "transpose",
+    "squeeze",
+    "expand_dims",
+    "rev",
+    "concatenate",
+    "pad",
+    "broadcast",
+    "broadcast_to_rank",
+    "broadcasted_iota",
+    "collapse",
+    "full",
+    "full_like",
+    "zeros_like_array",
+    "dot",
+    "batch_matmul",
+    "Precision",
+    "psum",
+    "pmean",
+    "pmax",
+    "pmin",
+    "all_gather",
+    "all_to_all",
+    "ppermute",
+    "psum_scatter",
+    "axis_index",
+    "digamma",
+    "erf_inv",
+    "erfc",
+    "lgamma",
+]

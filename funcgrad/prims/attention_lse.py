@@ -1,0 +1,181 @@
+"""The attention forward's logsumexp reused by its backward (FlashAttention-2's saved lse).
+
+`attention_stats(q, k, o, do)` recomputes every logits row to get its logsumexp: a whole
+q.k^T pass. When the plan also holds the forward `o = attention(q, k, v)` (a training step), a
+rewrite after optimization replaces the pair by
+
+  attention_fwdl(q, k, v)  -> flat [B*T*N*Hv + B*N*T]: o (C order), then the rows' logsumexp
+  attention_delta(o, do, lse) -> [B, N, T, 2]: (lse, sum(o * do) over Hv), attention_stats'
+                                 layout, read by attention_dq / attention_dkv
+
+so the forward kernel writes the logsumexp it already has and the backward's statistics cost
+one read of o and do. o and lse are contiguous slices of the flat result (views). float32 and
+float64 only (float16's statistics are float32, another dtype than o).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from funcgrad.prims import attention as A
+from funcgrad import prims as P
+from funcgrad.core import Eqn, Expr, ShapedArray, Var, bind, defprim, type_error
+
+# ---------------------------------------------------------------------------------------------
+# attention_fwdl(q, k, v) -> flat (o, lse)
+# ---------------------------------------------------------------------------------------------
+
+
+def _fwdl_shape(q, k, v, *, scale, causal, precision=None):
+    o = A.attention_p.shape(q, k, v, scale=scale, causal=causal)
+    if A._stats_dtype(q.dtype) != q.dtype:
+        raise type_error("attention_fwdl", "needs float32 or float64 operands", (q, k, v))
+    b, t, n, _ = q.shape
+    return ShapedArray((o.size + b * n * t,), q.dtype)
+
+
+def _lse_impl(q, k, scale, causal):
+    qa, kk = A._acc(q), A._expand(A._acc(k), q.shape[2])
+    b, t, n, _ = q.shape
+    lse = np.zeros((b, n, t), qa.dtype)
+    for t0, t1 in A._chunks(t):
+        lse[:, :, t0:t1] = A._chunk_probs(qa[:, t0:t1], kk, t0, scale, causal)[1]
+    return lse
+
+
+def _fwdl_impl(q, k, v, *, scale, causal, precision=None):
+    o = A._attn_impl(q, k, v, scale=scale, causal=causal)
+    lse = _lse_impl(q, k, scale, causal)
+    return np.concatenate([o.reshape(-1), lse.reshape(-1).astype(o.dtype)])
+
+
+def _ref_fwdl(q, k, v, *, scale, causal, precision=None):
+    from funcgrad import numpy as fnp
+    o = A._ref_attention(q, k, v, scale=scale, causal=causal)
+    lse = A._ref_stats(q, k, o, o, scale=scale, causal=causal)[..., 0]
+    return fnp.concatenate([fnp.reshape(o, (-1,)), fnp.reshape(lse, (-1,))])
+
+
+def flat_batch(prim_ref, pieces):
+    """vmap rule of a primitive whose flat result is pieces each leading with the batch axis:
+    the mapped axis merges into the batch axis and each piece is re-split per mapped row.
+    pieces(avals, params) -> the pieces' sizes for the merged operands' avals."""
+    def rule(args, dims, **params):
+        size = P._batch_size(args, dims)
+        args = [P._bcast_batched(a, d, size) for a, d in zip(args, dims)]
+        args = [P.reshape(a, (size * a.shape[1],) + tuple(a.shape[2:])) for a in args]
+        flat = bind(prim_ref[0], *args, **params)
+        parts, lo = [], 0
+        for n in pieces([a.aval for a in args], params):
+            parts.append(P.reshape(_piece(flat, lo, lo + n), (size, n // size)))
+            lo += n
+        return bind(P.concatenate_p, *parts, dimension=1), 0
+    return rule
+
+
+def _fwdl_pieces(avals, params):
+    q, k, v = avals
+    n_o = A.attention_p.shape(q, k, v, **params).size
+    return n_o, q.shape[0] * q.shape[2] * q.shape[1]
+
+
+def _piece(x, lo, hi):
+    return bind(P.slice_p, x, start_indices=(lo,), limit_indices=(hi,), strides=(1,))
+
+
+_fwdl_self: list = []
+attention_fwdl_p = defprim("attention_fwdl", _fwdl_shape, _fwdl_impl, A._ref_vjp(_ref_fwdl),
+                           A._ref_jvp(_ref_fwdl), batch=flat_batch(_fwdl_self, _fwdl_pieces))
+_fwdl_self.append(attention_fwdl_p)
+
+# ---------------------------------------------------------------------------------------------
+# attention_delta(o, do, lse) -> stats
+# ---------------------------------------------------------------------------------------------
+
+
+def _delta_shape(o, do, lse):
+    b, t, n, _ = o.shape if o.ndim == 4 else (None,) * 4
+    if (o.ndim != 4 or do.shape != o.shape or lse.shape != (b, n, t)
+            or not (o.dtype == do.dtype == lse.dtype) or A._stats_dtype(o.dtype) != o.dtype):
+        raise type_error("attention_delta", "expects o, do [B, T, N, Hv] and lse [B, N, T] of "
+                         "one float32/float64 dtype", (o, do, lse))
+    return ShapedArray((b, n, t, 2), o.dtype)
+
+
+def _delta_impl(o, do, lse):
+    delta = (o * do).sum(axis=-1).transpose(0, 2, 1)
+    return np.stack([lse, delta.astype(lse.dtype)], axis=-1)
+
+
+def _ref_delta(o, do, lse):
+    from funcgrad import numpy as fnp
+    delta = fnp.transpose(fnp.sum(o * do, axis=-1), (0, 2, 1))
+    return fnp.stack([lse, delta], axis=-1)
+
+
+_delta_self: list = []
+attention_delta_p = defprim("attention_delta", _delta_shape, _delta_impl,
+                            A._ref_vjp(_ref_delta), A._ref_jvp(_ref_delta),
+                            batch=A._batch_rule(_delta_self))
+_delta_self.append(attention_delta_p)
+
+LSE_PRIMITIVES = (attention_fwdl_p, attention_delta_p)
+
+# ---------------------------------------------------------------------------------------------
+# the rewrite
+# ---------------------------------------------------------------------------------------------
+
+
+def rewrite(expr: Expr, consts: list) -> tuple[Expr, list]:
+    """attention(q, k, v) whose output feeds attention_stats(q, k, o, do) -> attention_fwdl +
+    attention_delta (the logsumexp from the forward kernel)."""
+    fwd = {e.out: e for e in expr.eqns if e.prim is A.attention_p}
+    if not fwd:
+        return expr, consts
+    lse_of, new, hit = {}, [], False
+    stats_fwd = {}
+    for e in expr.eqns:
+        if e.prim is A.attention_stats_p:
+            q, k, o, do = e.inputs
+            f = fwd.get(o) if isinstance(o, Var) else None
+            if (f is not None and f.inputs[0] is q and f.inputs[1] is k
+                    and f.params == e.params and A._stats_dtype(q.aval.dtype) == q.aval.dtype):
+                stats_fwd[e] = f
+    wanted = set(stats_fwd.values())
+    for e in expr.eqns:
+        if e in wanted:
+            q, k, v = e.inputs
+            flat = Var(_fwdl_shape(q.aval, k.aval, v.aval, **e.params))
+            new.append(Eqn(attention_fwdl_p, [q, k, v], e.params, flat, e.src, e.tag))
+            n_o = e.out.aval.size
+            o_flat = Var(ShapedArray((n_o,), q.aval.dtype))
+            new.append(Eqn(P.slice_p, [flat], {"start_indices": (0,), "limit_indices": (n_o,),
+                                               "strides": (1,)}, o_flat, e.src, e.tag))
+            new.append(Eqn(P.reshape_p, [o_flat], {"new_sizes": tuple(e.out.aval.shape)},
+                           e.out, e.src, e.tag))
+            b, t, n, _ = q.aval.shape
+            l_flat = Var(ShapedArray((b * n * t,), q.aval.dtype))
+            new.append(Eqn(P.slice_p, [flat], {"start_indices": (n_o,),
+                                               "limit_indices": (n_o + b * n * t,),
+                                               "strides": (1,)}, l_flat, e.src, e.tag))
+            lse = Var(ShapedArray((b, n, t), q.aval.dtype))
+            new.append(Eqn(P.reshape_p, [l_flat], {"new_sizes": (b, n, t)}, lse, e.src, e.tag))
+            lse_of[e] = lse
+            hit = True
+        elif e in stats_fwd:
+            _, _, o, do = e.inputs
+            new.append(Eqn(attention_delta_p, [o, do, lse_of[stats_fwd[e]]], {}, e.out, e.src,
+                           e.tag))
+        else:
+            new.append(e)
+    if not hit:
+        return expr, consts
+    return Expr(expr.in_binders, new, expr.outs, expr.n_consts), consts
+
+
+def _register():
+    from funcgrad.compile import passes
+    if rewrite not in passes.POST_REWRITES:
+        passes.POST_REWRITES.append(rewrite)
+
+
+_register()
