@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import funcgrad
 import funcgrad.numpy as fnp
-from funcgrad.lax import bits as _lax_bits, reduce as _lax_more
+from funcgrad.lax import bits as _lax_bits, reductions as _lax_reductions
 from funcgrad import lax
 from funcgrad.test_util import check_grads
 
@@ -27,7 +27,7 @@ def _floats(rng, dt, n=40):
 
 
 def test_doctests():
-    for mod in (_lax_bits, _lax_more):
+    for mod in (_lax_bits, _lax_reductions):
         assert doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE).failed == 0
 
 

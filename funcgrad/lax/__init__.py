@@ -107,7 +107,7 @@ def select(pred, on_true, on_false):
 
 from funcgrad.lax.bits import bitcast_convert_type, clz, reduce_precision  # noqa: F401
 from funcgrad.lax.ops import *
-from funcgrad.lax.reduce import (
+from funcgrad.lax.reductions import (
     broadcast_like,
     broadcast_shapes,
     composite,
