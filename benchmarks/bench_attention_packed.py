@@ -74,12 +74,12 @@ def w2(rounds, reps):
     import gpt
     from workloads import gpt_step
 
-    from funcgrad.prims import attention_bwd as AB
+    from funcgrad.compile.rewrites import attention_bwd as RB
     from funcgrad.compile import passes
     steps = {}
     for packed in (True, False):
         if not packed:
-            passes.POST_REWRITES.remove(AB.pack)
+            passes.POST_REWRITES.remove(RB.pack)
         try:
             params = funcgrad.device_put(gpt.init_params(gpt.W2))
             step, opt, idx, tgt = gpt_step(gpt.W2, 16, donate=True)
@@ -91,7 +91,7 @@ def w2(rounds, reps):
             expr = step.lower(state[0], state[1], idx, tgt).expr
         finally:
             if not packed:
-                passes.POST_REWRITES.insert(passes.POST_REWRITES.index(AB.rewrite) + 1, AB.pack)
+                passes.POST_REWRITES.insert(passes.POST_REWRITES.index(RB.rewrite) + 1, RB.pack)
         n_cat = sum(e.prim.name == "concatenate" for e in expr.eqns)
         emit(what="W2_program", packed=packed, concatenates=n_cat, first_call_s=round(first, 2))
         steps[packed] = (step, state, idx, tgt)

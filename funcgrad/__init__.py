@@ -8,10 +8,11 @@ _core.register_backend(
     available=lambda: __import__("funcgrad.cuda", fromlist=["x"]).is_available())
 
 from funcgrad import debug, dlpack, io, lax, nn, numpy, optim, random, tree_util  # noqa: F401
-from funcgrad.prims import attention_bwd, attention_lse
-from funcgrad.compile.rewrites import attention as attention_pattern  # noqa: F401,E402  (rules)
-from funcgrad.prims import rows_bwd as fused_bwd
-from funcgrad.compile.rewrites import rows as patterns  # noqa: F401,E402  (rules)
+from funcgrad.prims import attention_bwd, attention_lse, rows_bwd  # noqa: F401,E402
+from funcgrad.compile import pipeline as _pipeline  # noqa: E402
+
+_pipeline.install()   # jit's rewrites, in their order (compile/pipeline.py)
+
 from funcgrad.transforms.ad import grad, jvp, linearize, stop_gradient, value_and_grad, vjp  # noqa: F401
 from funcgrad.api.devices import default_backend, device_get, device_put, devices, make_jaxpr  # noqa: F401
 from funcgrad.transforms.batching import vmap  # noqa: F401
@@ -22,7 +23,7 @@ from funcgrad import ad_checkpoint  # noqa: F401,E402  (checkpoint_name, policie
 from funcgrad.ad_checkpoint import checkpoint_policies  # noqa: F401,E402
 from funcgrad.transforms.jacobians import hessian, jacfwd, jacrev  # noqa: F401
 from funcgrad.compile.jit import clear_caches, disable_jit, jit  # noqa: F401
-from funcgrad.transforms.pmap import pmap  # noqa: F401,E402  (issue 14)
+from funcgrad.api.pmap import pmap  # noqa: F401,E402  (issue 14)
 from funcgrad import tree  # noqa: F401,E402  (issue 12: jax.tree and more top-level names)
 from funcgrad import distributed  # noqa: F401,E402  (issue 14: processes, NCCL collectives)
 from funcgrad.api.shapes import (

@@ -150,6 +150,6 @@ def test_no_gpu_and_no_simulator_is_a_clear_error():
 def test_numpy_too_new_is_reported(monkeypatch):
     from funcgrad.cuda import runtime
     monkeypatch.setattr(runtime, "NUMPY_TOO_NEW", True)
-    monkeypatch.setattr(fcuda, "_status", {})
+    monkeypatch.setattr(fcuda.probe, "_status", {})
     assert not fcuda.is_available() and not fcuda.usable()
     assert "numpy<2.5" in fcuda.unavailable_reason()

@@ -215,15 +215,15 @@ def _dtype(x):
     return x.dtype if isinstance(x, ArrayBase) else np.asarray(x).dtype
 
 
-# pattern rewrites register themselves here (patterns.py, attention_pattern.py): each is
-# rewrite(expr, consts) -> (expr, consts); PRE runs before simplification, POST after it
+# the pattern rewrites optimize runs, each rewrite(expr, consts) -> (expr, consts): PRE before
+# simplification, POST after it. compile/pipeline.py fills both, in their order, once
 PRE_REWRITES: list = []
 POST_REWRITES: list = []
 
 
 def optimize(expr: Expr, consts: list) -> tuple[Expr, list]:
     """Inline call primitives, simplify, fold constants, CSE, then drop dead equations."""
-    for rewrite in PRE_REWRITES:     # e.g. hand-written norms -> fused primitives (patterns.py)
+    for rewrite in PRE_REWRITES:     # e.g. hand-written norms -> fused primitives
         expr, consts = rewrite(expr, consts)
     with new_builder() as b:
         rw = _Rewriter(b)

@@ -55,7 +55,7 @@ class CudaBackend:
     def __init__(self):
         cuda = runtime.load()
         if not runtime.SIM and not cuda.is_available():
-            from funcgrad.cuda import unavailable_reason
+            from funcgrad.cuda.probe import unavailable_reason
             raise RuntimeError("the CUDA backend needs a usable NVIDIA GPU: "
                                + unavailable_reason())
         self._cuda = cuda

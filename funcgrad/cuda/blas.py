@@ -187,7 +187,7 @@ class _Cupy:
 
 
 def _gpu():
-    from funcgrad.cuda import is_available, unavailable_reason
+    from funcgrad.cuda.probe import is_available, unavailable_reason
     return is_available(), unavailable_reason()
 
 

@@ -46,11 +46,15 @@ def _same_shape_rule(name, kinds="fiub", out_dtype=None):
     return rule
 
 
+def full(shape, value, dtype):
+    """An array of `shape` filled with a scalar (a broadcast of a literal)."""
+    return bind(broadcast_in_dim_p, np.asarray(value, np.dtype(dtype)), shape=tuple(shape),
+                broadcast_dimensions=())
+
+
 def full_like(x, value, dtype=None):
     """An array shaped like x filled with a scalar (a broadcast of a literal)."""
-    dtype = np.dtype(dtype or x.dtype)
-    return bind(broadcast_in_dim_p, np.asarray(value, dtype), shape=tuple(x.shape),
-                broadcast_dimensions=())
+    return full(x.shape, value, dtype or x.dtype)
 
 
 def zeros_like(x):

@@ -20,6 +20,7 @@ from funcgrad.core import (
     is_complex,
     is_float,
     source_info,
+    to_array,
     trace_to_expr,
     user_frame_src,
 )
@@ -29,8 +30,7 @@ from funcgrad.tree_util import tree_flatten, tree_map, tree_structure, tree_unfl
 def _as_value(x):
     if isinstance(x, (Tracer,)) or hasattr(x, "aval"):
         return x
-    from funcgrad import numpy as fnp
-    return fnp.asarray(x)
+    return to_array(x)
 
 
 class _FlatOutputs:
@@ -191,9 +191,9 @@ def _accumulate(ct_env, active, inputs, in_cts):
 
 
 def _zeros_like_leaf(x):
-    from funcgrad import numpy as fnp
-    return fnp.zeros(np.shape(x) if not hasattr(x, "aval") else x.aval.shape,
-                     x.aval.dtype if hasattr(x, "aval") else np.asarray(x).dtype)
+    if hasattr(x, "aval"):
+        return prims.full(x.aval.shape, 0, x.aval.dtype)
+    return prims.full(np.shape(x), 0, np.asarray(x).dtype)
 
 
 def vjp(fun: Callable, *primals, has_aux: bool = False):

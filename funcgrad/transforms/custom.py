@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from funcgrad import prims
 from funcgrad.core import (
     FuncgradError,
     Primitive,
@@ -90,8 +91,7 @@ def _batched_rec(rec, dims):
 
         def bwd_b(res, cts):
             cts_in = vmap(rec.bwd)(res, cts)
-            from funcgrad import numpy as fnp
-            return [c if d is not None or c is None else fnp.sum(c, axis=0)
+            return [c if d is not None or c is None else prims.reduce_sum(c, (0,))
                     for c, d in zip(cts_in, dims)]
         new = ("vjp", fwd_b, bwd_b)
     hit = rec._batched[key] = (fun_b, new)

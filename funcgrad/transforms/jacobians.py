@@ -6,7 +6,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from funcgrad import numpy as fnp
+from funcgrad import prims
+from funcgrad.core import to_array
 from funcgrad.transforms.ad import _as_value, _check_grad_inputs, jvp, vjp
 from funcgrad.transforms.batching import vmap
 from funcgrad.tree_util import tree_flatten, tree_unflatten
@@ -28,7 +29,7 @@ def _partial(fun, args, nums, kwargs):
 def _basis(x):
     """Identity basis for leaf x: shape (x.size, *x.shape)."""
     n = int(np.prod(x.shape))
-    return fnp.reshape(fnp.eye(n, dtype=x.dtype), (n,) + tuple(x.shape))
+    return prims.reshape(to_array(np.eye(n, dtype=x.dtype)), (n,) + tuple(x.shape))
 
 
 def _check_real(name, leaves, what):
@@ -68,11 +69,11 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
         per_out = []
         for k, yk in enumerate(y_leaves):
             def pull(ct, k=k):
-                cts = [ct if j == k else fnp.zeros_like(v) for j, v in enumerate(y_leaves)]
+                cts = [ct if j == k else prims.zeros_like(v) for j, v in enumerate(y_leaves)]
                 return f_vjp(tree_unflatten(y_tree, cts))
             g = vmap(pull)(_basis(yk))
             g_leaves, g_tree = tree_flatten(g)
-            g_leaves = [fnp.reshape(gl, tuple(yk.shape) + tuple(gl.shape[1:])) for gl in g_leaves]
+            g_leaves = [prims.reshape(gl, tuple(yk.shape) + tuple(gl.shape[1:])) for gl in g_leaves]
             g = tree_unflatten(g_tree, g_leaves)
             per_out.append(g if multi else g[0])
         out = tree_unflatten(y_tree, per_out)
@@ -106,13 +107,13 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
         aux = None
         for k, xk in enumerate(x_leaves):
             def push(t, k=k):
-                ts = [t if j == k else fnp.zeros_like(v) for j, v in enumerate(x_leaves)]
+                ts = [t if j == k else prims.zeros_like(v) for j, v in enumerate(x_leaves)]
                 r = jvp(f, dyn, tuple(tree_unflatten(x_tree, ts)), has_aux=has_aux)
                 return r[1]
             jt = vmap(push)(_basis(xk))  # each leaf (n_k, *out.shape)
             cols.append(jt)
         if has_aux:
-            aux = jvp(f, dyn, tuple(tree_unflatten(x_tree, [fnp.zeros_like(v)
+            aux = jvp(f, dyn, tuple(tree_unflatten(x_tree, [prims.zeros_like(v)
                                                             for v in x_leaves])), True)[2]
         y_tree = tree_flatten(cols[0])[1]
         per_out = []
@@ -121,8 +122,8 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
             for k, xk in enumerate(x_leaves):
                 c = tree_flatten(cols[k])[0][o]  # (n_k, *out_shape)
                 out_shape = tuple(c.shape[1:])
-                c = fnp.moveaxis(c, 0, -1) if c.ndim > 1 else c
-                blocks.append(fnp.reshape(c, out_shape + tuple(xk.shape)))
+                c = prims.transpose(c, tuple(range(1, c.ndim)) + (0,))  # moveaxis(c, 0, -1)
+                blocks.append(prims.reshape(c, out_shape + tuple(xk.shape)))
             in_struct = tree_unflatten(x_tree, blocks)
             per_out.append(in_struct if multi else in_struct[0])
         out = tree_unflatten(y_tree, per_out)

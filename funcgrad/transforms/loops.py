@@ -10,11 +10,10 @@ argument identity and binds it once.
 """
 from __future__ import annotations
 
-from funcgrad import numpy as fnp
 from funcgrad import prims as P
 from funcgrad.transforms.ad import jvp_expr_eval
 from funcgrad.transforms.batching import batch_eval
-from funcgrad.core import FuncgradError, ShapedArray, eval_expr, user_frame_src
+from funcgrad.core import FuncgradError, bind, ShapedArray, eval_expr, user_frame_src
 from funcgrad.prims.loops import (
     LoopRec,
     bind_group,
@@ -295,14 +294,14 @@ def _while_batch(args, dims, *, rec, index):
 
         def cond_fn(*a):
             (p, _), = batch_eval(cexpr, [], list(a), cdims)
-            return [fnp.any(p)] if pred_batched else [p]
+            return [bind(P.reduce_max_p, p, axes=(0,))] if pred_batched else [p]  # any
 
         if pred_batched:
             def body_fn(*a):
                 bc, cc, c = list(a[:nbc]), list(a[nbc:nbc + ncc]), list(a[nbc + ncc:])
                 (p, _), = batch_eval(cexpr, [], cc + c, cdims)
                 new = _batched_outs(bexpr, bc + c, [0 if b else None for b in bbc + bk], bk)
-                return [fnp.where(p.reshape((size,) + (1,) * (v.ndim - 1)), v, old)
+                return [P.select(P.broadcast_in_dim(p, v.shape, (0,)), v, old)
                         for (v, _), old in zip(new, c)]
             bconsts = bconsts + cconsts
         else:
@@ -330,7 +329,7 @@ def _cond_batch(args, dims, *, rec, index):
                 if outs is None:
                     outs = vals
                     continue
-                outs = [fnp.where((idx == k).reshape((size,) + (1,) * (v.ndim - 1)), v, o)
+                outs = [P.select(P.broadcast_in_dim(idx == k, v.shape, (0,)), v, o)
                         for v, o in zip(vals, outs)]
             return [(o, 0) for o in outs]
 

@@ -228,12 +228,3 @@ def rewrite(expr: Expr, consts: list) -> tuple[Expr, list]:
            if any(isinstance(x, Var) and x in rename for x in e.inputs) else e for e in new]
     from funcgrad.compile.passes import dce
     return dce(Expr(expr.in_binders, new, [ren(o) for o in expr.outs], expr.n_consts), consts)
-
-
-def _register():
-    from funcgrad.compile import passes
-    if rewrite not in passes.POST_REWRITES:
-        passes.POST_REWRITES.append(rewrite)
-
-
-_register()

@@ -277,14 +277,3 @@ def rewrite(expr: Expr, consts: list) -> tuple[Expr, list]:
                     env[e.out] = bind(e.prim, *[read(x) for x in e.inputs], **e.params)
         new_expr, new_consts = b.build(ins, [read(o) for o in expr.outs])
     return dce(new_expr, new_consts)
-
-
-def _register():
-    from funcgrad.transforms import ad
-    from funcgrad.compile import passes
-    if rewrite not in passes.PRE_REWRITES:
-        passes.PRE_REWRITES.append(rewrite)      # forward-only programs under jit
-        ad.FORWARD_REWRITES.append(rewrite)      # before grad differentiates a forward
-
-
-_register()
