@@ -87,18 +87,15 @@ class Lowered:
         intermediates and one set of results), the figure the GPU's pool then shows; elsewhere
         the liveness estimate over the expression in program order."""
         backend = core.get_backend(self.device)
-        if hasattr(backend, "planned_peak"):
-            return backend.planned_peak(
-                self.compile(), [v.aval for v in self.expr.in_binders[self.expr.n_consts:]])
-        return peak_bytes(self.closed.expr)
+        planned = backend.planned_peak(
+            self.compile(), [v.aval for v in self.expr.in_binders[self.expr.n_consts:]])
+        return peak_bytes(self.closed.expr) if planned is None else planned
 
     def compile(self) -> Callable:
         if self._exe is None:
             backend = core.get_backend(self.device)
-            if hasattr(backend, "compile"):
-                self._exe = backend.compile(self.closed.expr, self.closed.consts,
-                                            donate=self.donate)
-            else:
+            self._exe = backend.compile(self.closed.expr, self.closed.consts, donate=self.donate)
+            if self._exe is None:     # a backend without a planner: run equation by equation
                 self._exe = _Interpreter(self.closed.expr, self.closed.consts, self.device)
             # a backend's short path for a call it can recognize (None: check every argument)
             self._replay = getattr(self._exe, "replay", None)
@@ -107,8 +104,9 @@ class Lowered:
     def as_text(self) -> str:
         text = str(self.closed)
         backend = core.get_backend(self.device)
-        if hasattr(backend, "describe"):
-            text += "\n" + backend.describe(self.compile())
+        described = backend.describe(self.compile())
+        if described:
+            text += "\n" + described
         return text
 
     __str__ = as_text
@@ -239,9 +237,7 @@ def jit(fun: Callable, static_argnums=(), static_argnames=(), donate_argnums=())
             log.warning(_explain(name, sig, list(cache)))
         stats["traces"] += 1
         # a backend may start work that tracing can overlap (CUDA: its compile server)
-        hook = getattr(core.get_backend(sig.device), "before_trace", None)
-        if hook is not None:
-            hook()
+        core.get_backend(sig.device).before_trace()
         raw, raw_consts, _ = trace_to_expr(flat, list(sig.avals))
         expr, consts = optimize(raw, raw_consts)
         donated = tuple(i for i, _ in enumerate(leaves) if _leaf_arg(tree, i) in donate)

@@ -8,6 +8,7 @@ import threading
 
 import numpy as np
 
+from funcgrad.backends.base import Backend
 from funcgrad.cuda import arrays, blas, runtime
 from funcgrad.cuda.arrays import DeviceBuffer, c_strides
 from funcgrad.cuda.elementwise import contiguous
@@ -48,7 +49,7 @@ def warm_up_in_background() -> None:
     atexit.register(t.join, 10.0)   # a script that ends at once lets the imports finish first
 
 
-class CudaBackend:
+class CudaBackend(Backend):
     """Eager execution on an NVIDIA GPU (or numba's simulator): one kernel per primitive."""
     name = "cuda"
 

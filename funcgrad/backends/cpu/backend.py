@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 
+from funcgrad.backends.base import Backend
 from funcgrad.core import FuncgradError, user_frame_src
 from funcgrad.prims import IndexOutOfRange
 from funcgrad.backends.cpu import loops as cpu_loops  # noqa: F401 (registers how plans run loops: compiled bodies)
@@ -38,7 +39,7 @@ def _keep_freed_memory_mapped() -> bool:
 MALLOPT_APPLIED = _keep_freed_memory_mapped()
 
 
-class CpuBackend:
+class CpuBackend(Backend):
     """Buffers are read-only numpy arrays; every primitive runs its numpy impl."""
     name = "cpu"
 
@@ -70,12 +71,5 @@ class CpuBackend:
             out.flags.writeable = False
         return out
 
-    def synchronize(self):
-        pass
-
-
-def _compile(self, expr, consts, donate=()):
-    return CpuPlan(expr, consts, donate)
-
-
-CpuBackend.compile = _compile
+    def compile(self, expr, consts, donate=()):
+        return CpuPlan(expr, consts, donate)
