@@ -23,9 +23,9 @@ from funcgrad import ad_checkpoint  # noqa: F401,E402  (checkpoint_name, policie
 from funcgrad.ad_checkpoint import checkpoint_policies  # noqa: F401,E402
 from funcgrad.transforms.jacobians import hessian, jacfwd, jacrev  # noqa: F401
 from funcgrad.compile.jit import clear_caches, disable_jit, jit  # noqa: F401
-from funcgrad.api.pmap import pmap  # noqa: F401,E402  (issue 14)
-from funcgrad import tree  # noqa: F401,E402  (issue 12: jax.tree and more top-level names)
-from funcgrad import distributed  # noqa: F401,E402  (issue 14: processes, NCCL collectives)
+from funcgrad.api.pmap import pmap  # noqa: F401,E402
+from funcgrad import tree  # noqa: F401,E402  (jax.tree's short names)
+from funcgrad import distributed  # noqa: F401,E402  (processes, NCCL collectives)
 from funcgrad.api.shapes import (
     ShapeDtypeStruct,
     block_until_ready,

@@ -1,1 +1,1 @@
-"""Top-level API functions that are not transformations: devices, placement, shapes, config states."""
+"""Top-level API that is not a transformation: devices, placement, shapes, pmap, config states."""

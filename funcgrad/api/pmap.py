@@ -97,7 +97,7 @@ def pmap(fun: Callable, axis_name: Any = None, *, in_axes: Any = 0, out_axes: An
     Devices: on the CPU, `funcgrad.config.num_cpu_devices` virtual devices (set
     FUNCGRAD_NUM_CPU_DEVICES=N before import, or `funcgrad.config.update("num_cpu_devices",
     N)`; 1 by default), as JAX's host device count. On CUDA, pmap runs over one GPU only:
-    executing across several GPUs through NCCL is issue 14's next part and not built yet, so a
+    executing across several GPUs through NCCL is not built yet, so a
     mapped size above 1 on "cuda" raises rather than pretending.
 
     As in JAX, the mapped axis may be smaller than the number of devices (the first ones are
@@ -182,7 +182,7 @@ def pmap(fun: Callable, axis_name: Any = None, *, in_axes: Any = 0, out_axes: An
         if platform == "cuda" and size > 1:
             raise NotImplementedError(
                 f"pmap({fname}) over {size} GPUs: running across several GPUs (NCCL) is not "
-                "built yet (issue 14); map over one GPU, or over the CPU's virtual devices"
+                "built yet; map over one GPU, or over the CPU's virtual devices"
                 f"\n  at {user_frame_src()}")
         if core.current_builder() is None:   # place the inputs on the mapped backend
             from funcgrad.api.devices import device_put

@@ -1,4 +1,4 @@
-"""More of JAX's top-level API (issue 12): eval_shape and ShapeDtypeStruct, block_until_ready,
+"""JAX's top-level staging and shape API: eval_shape and ShapeDtypeStruct, block_until_ready,
 device counts, linear_transpose, named_scope, pure_callback (from callback.py), typeof, jacobian.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Elementwise fusion for jit on CUDA: one generated kernel per cluster (funcgrad/compile/clustering.py).
+"""Elementwise fusion for jit on CUDA: one generated kernel per cluster (compile/clustering.py).
 
 A cluster is a set of elementwise equations (plus broadcasts of their operands and iotas) that
 produce values of one shape. Its kernel reads each external operand once per element — full,

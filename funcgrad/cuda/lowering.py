@@ -201,7 +201,7 @@ for _p in _FB.BWD_PRIMITIVES:
         name, bufs, aval.shape, aval.dtype, params.get("eps")))(_p.name)
 
 
-# breadth primitives of issue 12 (funcgrad/prims/sorting.py): argsort ------------------------------
+# sorting primitives (funcgrad/prims/sorting.py): argsort ---------------------------------------
 
 from funcgrad.cuda import sorting as _sorting  # noqa: E402
 
@@ -215,7 +215,7 @@ from funcgrad.cuda import attention as _attention  # noqa: E402
 CUDA.update(_attention.LOWERINGS)
 
 
-# convolutions and windows (funcgrad/prims/conv.py, funcgrad/prims/windows.py) -------------------------
+# convolutions and windows (funcgrad/prims/conv.py, funcgrad/prims/windows.py) ------------------
 
 from funcgrad.cuda import conv as _conv  # noqa: E402
 
@@ -236,7 +236,7 @@ from funcgrad.cuda import loops as _loops  # noqa: E402
 _loops.register(CUDA)
 
 
-# complex operands (issue 13): only lowerings with complex kernels see them; the rest raise --
+# complex operands: only lowerings with complex kernels see them; the rest raise --
 
 from funcgrad.cuda import complex_ops as _complex_ops  # noqa: E402
 

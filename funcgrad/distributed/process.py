@@ -114,7 +114,7 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
         if initialization_timeout <= 0:
             raise ValueError("initialization_timeout must be positive")
         _select_gpu(local_device_ids)
-        os.environ.setdefault("NCCL_NVLS_ENABLE", "0")   # NVLink multicast stays off (issue 14)
+        os.environ.setdefault("NCCL_NVLS_ENABLE", "0")   # NVLink multicast stays off
         job = _Job(f"{host}:{port}", num_processes, process_id, float(initialization_timeout))
         try:
             if process_id == 0:

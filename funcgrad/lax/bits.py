@@ -1,4 +1,4 @@
-"""lax's bit-level ops as compositions (issue 12): bitcast_convert_type, clz, reduce_precision."""
+"""lax's bit-level ops as compositions: bitcast_convert_type, clz, reduce_precision."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""More of jax.lax (issue 12): elementwise ops, reductions, cumulative ops, sorting and top_k,
+"""jax.lax's named ops: elementwise ops, reductions, cumulative ops, sorting and top_k,
 dynamic slicing, shape helpers, and the collective names (which need a named axis).
 
 Everything here is a composition of primitives or of funcgrad.numpy, so it differentiates,
@@ -421,7 +421,7 @@ from funcgrad.lax.parallel import (
 
 
 def all_to_all(x, axis_name, split_axis, concat_axis, *, axis_index_groups=None, tiled=False):
-    """lax.all_to_all: not built yet (issue 14); raises."""
+    """lax.all_to_all: not built yet (needs multi-GPU collectives); raises."""
     raise NotImplementedError("lax.all_to_all is not implemented by funcgrad yet; psum, pmean, "
                               "pmax, pmin, all_gather, psum_scatter, ppermute and axis_index "
                               "are")

@@ -1,4 +1,4 @@
-"""More jax.lax names (issue 12): reduce with any computation, reduce_xor, shapes and helpers."""
+"""jax.lax's generic reductions (reduce with any computation, reduce_xor) and shape helpers."""
 from __future__ import annotations
 
 import builtins

@@ -23,5 +23,5 @@ from funcgrad.nn._functions import (
     softplus,
     swish,
 )
-from funcgrad.nn._activations import *  # noqa: E402,F401,F403  (issue 12: the rest of jax.nn)
+from funcgrad.nn._activations import *  # noqa: E402,F401,F403  (the rest of jax.nn)
 from funcgrad.nn._scaled import get_scaled_dot_general_config, scaled_dot_general, scaled_matmul

@@ -1,4 +1,4 @@
-"""More of jax.nn's activations (issue 12): elu, leaky_relu, selu, celu, relu6, hard_*, mish,
+"""jax.nn's activations beyond relu/gelu/silu: elu, leaky_relu, selu, celu, relu6, hard_*, mish,
 glu, log_sigmoid, soft_sign, sparse_*, squareplus, standardize, log1mexp, logmeanexp.
 
 All are compositions of funcgrad.numpy operations with JAX's formulas, so they differentiate

@@ -146,7 +146,7 @@ from funcgrad.numpy._ufuncs import (
 pi, e, inf, nan, newaxis = _np.pi, _np.e, _np.inf, _np.nan, None
 
 from funcgrad.numpy._complex_math import *  # noqa: E402,F401,F403  (real and complex elementary functions)
-from funcgrad.numpy._cumulative import *  # noqa: E402,F401,F403  (issue 12 breadth: new modules)
+from funcgrad.numpy._cumulative import *  # noqa: E402,F401,F403
 from funcgrad.numpy._elementwise import *  # noqa: E402,F401,F403
 from funcgrad.numpy._index_tricks import *  # noqa: E402,F401,F403
 from funcgrad.numpy._polynomials import *  # noqa: E402,F401,F403

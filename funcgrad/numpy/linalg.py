@@ -1,6 +1,6 @@
 """funcgrad.numpy.linalg: jax.numpy.linalg's names (eig/eigvals on concrete arrays only).
 
-Decompositions and solves are in _linalg_ext.py (over the primitives of funcgrad/prims/linalg.py
+Decompositions and solves are in _linalg_decomp.py (over the primitives of funcgrad/prims/linalg.py
 and funcgrad/prims/linalg_spectral.py), norms and products in _linalg_norms.py.
 """
 from __future__ import annotations

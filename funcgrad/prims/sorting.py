@@ -1,4 +1,4 @@
-"""Primitives added for API breadth (issue 12) that no composition expresses: argsort.
+"""Sorting primitives that no composition expresses: argsort.
 
 sort, top_k, searchsorted-by-sort, median and quantiles are compositions over `argsort_p`
 plus a gather (take_along_axis), so their gradients, batching and CUDA lowering come from the

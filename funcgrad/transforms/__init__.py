@@ -1,1 +1,1 @@
-"""Transformations: interpreters over expressions (ad, batching, custom rules, jacobians, pmap, loop AD)."""
+"""Transformations: interpreters over expressions (ad, batching, custom rules, jacobians, loop AD)."""

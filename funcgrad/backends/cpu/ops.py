@@ -14,7 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 from funcgrad.backends import scalar_exprs as sx
-from funcgrad.backends.scalar_exprs import NB  # the supported dtypes' numba type names (their compute types)
+# the supported dtypes' numba type names (their compute types)
+from funcgrad.backends.scalar_exprs import NB
 
 
 def supported(dtype) -> bool:
