@@ -224,7 +224,7 @@ def test_several_gpus_are_not_pretended(monkeypatch):
     from funcgrad.api import device_objects as _devices
     monkeypatch.setattr(_devices, "platform_devices",
                         lambda p: [_devices.Device(p, i) for i in range(2)])
-    with pytest.raises(NotImplementedError, match="NCCL(.|\n)*issue 14"):
+    with pytest.raises(NotImplementedError, match="NCCL(.|\n)*not built yet"):
         funcgrad.pmap(lambda x: x, "i", backend="cuda")(np.ones((2, 1)))
 
 

@@ -45,10 +45,12 @@ class Backend:
         """Called as jit starts tracing for this backend, so that tracing can overlap work
         (CUDA starts its compile server here)."""
 
-    def planned_peak(self, plan, avals) -> int | None:
-        """The plan's planned peak bytes, or None where only liveness can estimate it."""
+    def planned_peak(self, compile_plan, avals) -> int | None:
+        """The planned peak bytes of the plan `compile_plan()` builds for arguments of `avals`,
+        or None where only the expression's liveness can estimate it (nothing is compiled)."""
         return None
 
-    def describe(self, plan) -> str:
-        """A human-readable account of a compiled plan ("" when there is nothing to add)."""
+    def describe(self, compile_plan) -> str:
+        """A human-readable account of the plan `compile_plan()` builds ("" when there is
+        nothing to add; then nothing is compiled)."""
         return ""

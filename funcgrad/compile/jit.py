@@ -88,7 +88,7 @@ class Lowered:
         the liveness estimate over the expression in program order."""
         backend = core.get_backend(self.device)
         planned = backend.planned_peak(
-            self.compile(), [v.aval for v in self.expr.in_binders[self.expr.n_consts:]])
+            self.compile, [v.aval for v in self.expr.in_binders[self.expr.n_consts:]])
         return peak_bytes(self.closed.expr) if planned is None else planned
 
     def compile(self) -> Callable:
@@ -104,7 +104,7 @@ class Lowered:
     def as_text(self) -> str:
         text = str(self.closed)
         backend = core.get_backend(self.device)
-        described = backend.describe(self.compile())
+        described = backend.describe(self.compile)
         if described:
             text += "\n" + described
         return text

@@ -1,303 +1,54 @@
-"""Avals, variables, equations, expressions, primitives, tracing (bind) and the printer."""
+"""The core: avals, expressions, primitives and their registry, arrays, tracing (bind).
+
+Its parts: dtypes.py (dtypes, ShapedArray), source.py (call sites, errors), expr.py
+(Var, Lit, Eqn, Expr, ClosedExpr, the printer); this module holds primitives, arrays and
+tracers, the backend registry and tracing, which refer to one another.
+"""
 from __future__ import annotations
 
 import contextlib
-import itertools
-import os
-import sys
-import threading
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # funcgrad/
-
-# ---------------------------------------------------------------------------------------------
-# dtypes and abstract values
-# ---------------------------------------------------------------------------------------------
-
-_SHORT = {"float32": "f32", "float64": "f64", "float16": "f16", "int32": "i32", "int64": "i64",
-          "uint32": "u32", "uint8": "u8", "int8": "i8", "bool": "bool", "int16": "i16",
-          "uint16": "u16", "uint64": "u64", "complex64": "c64", "complex128": "c128"}
-SUPPORTED_DTYPES = tuple(np.dtype(d) for d in
-                         ("float16", "float32", "float64", "int8", "uint8", "int32", "int64",
-                          "uint32", "bool", "int16", "uint16", "uint64", "complex64",
-                          "complex128"))
-
-
-def is_float(dtype) -> bool:
-    return np.dtype(dtype).kind == "f"
-
-
-def is_int(dtype) -> bool:
-    return np.dtype(dtype).kind in "iu"
-
-
-def is_complex(dtype) -> bool:
-    return np.dtype(dtype).kind == "c"
-
-
-def real_dtype(dtype) -> np.dtype:
-    """The real dtype of a complex dtype (complex64 -> float32); other dtypes unchanged."""
-    d = np.dtype(dtype)
-    return np.dtype(f"f{d.itemsize // 2}") if d.kind == "c" else d
-
-
-class ShapedArray:
-    """The abstract value of an array: its shape and dtype."""
-    __slots__ = ("_hash", "dtype", "shape")
-
-    def __init__(self, shape, dtype):
-        self.shape = tuple(int(d) for d in shape)
-        self.dtype = np.dtype(dtype)
-        self._hash = None
-
-    ndim = property(lambda self: len(self.shape))
-    size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
-
-    def __eq__(self, other):
-        return self is other or (isinstance(other, ShapedArray) and self.shape == other.shape
-                                 and self.dtype == other.dtype)
-
-    def __hash__(self):   # cached: jit hashes every argument's aval on every call
-        h = self._hash
-        if h is None:
-            h = self._hash = hash((self.shape, self.dtype))
-        return h
-
-    def str_short(self) -> str:
-        return f"{_SHORT.get(self.dtype.name, self.dtype.name)}[{','.join(map(str, self.shape))}]"
-
-    __repr__ = str_short
-
-
-_X64 = [True]   # config "enable_x64" (kept here: aval_of is on every call's path)
-_NARROW = {np.dtype(a): np.dtype(b) for a, b in (("float64", "float32"), ("int64", "int32"),
-                                                 ("uint64", "uint32"),
-                                                 ("complex128", "complex64"))}
-
-
-def canonicalize_dtype(dtype) -> np.dtype:
-    """dtype, or its 32-bit counterpart when 64-bit types are off (config "enable_x64")."""
-    dtype = np.dtype(dtype)
-    return dtype if _X64[0] else _NARROW.get(dtype, dtype)
-
-
-def _set_x64(flag):
-    _X64[0] = bool(flag)
-
-
-def aval_of(x) -> ShapedArray:
-    """The abstract value of an Array, tracer, numpy array or Python scalar."""
-    if isinstance(x, ArrayBase):
-        return x.aval
-    if isinstance(x, (np.ndarray, np.generic)):
-        dt = x.dtype if _X64[0] else _NARROW.get(x.dtype, x.dtype)
-        return ShapedArray(x.shape, dt)
-    if isinstance(x, bool):
-        return ShapedArray((), np.bool_)
-    if isinstance(x, int):
-        return ShapedArray((), np.int32)
-    if isinstance(x, float):
-        return ShapedArray((), np.float32)
-    if isinstance(x, complex):
-        return ShapedArray((), np.complex64)
-    raise TypeError(f"{type(x).__name__} is not a valid funcgrad array type: {x!r}")
-
-
-# ---------------------------------------------------------------------------------------------
-# call sites: every equation remembers the user's file:line
-# ---------------------------------------------------------------------------------------------
-
-_state = threading.local()
-
-
-def _src_override():
-    return getattr(_state, "src", None)
-
-
-def user_frame_src() -> str:
-    """file:line of the innermost stack frame outside the funcgrad package."""
-    return _fmt_src(user_frame())
-
-
-def user_frame():
-    """(file, line) of the innermost stack frame outside the funcgrad package, unformatted
-    (cheap: per-call paths keep it and format it only if a message needs it); a str when
-    a source_info override is active, None when no such frame exists."""
-    override = _src_override()
-    if override is not None:
-        return override
-    f = sys._getframe(1)
-    while f is not None:
-        fn = f.f_code.co_filename
-        if not fn.startswith(_PKG_DIR) and "contextlib" not in fn:
-            return fn, f.f_lineno
-        f = f.f_back
-    return None
-
-
-def _fmt_src(where) -> str:
-    if where is None:
-        return "<unknown>"
-    if isinstance(where, str):
-        return where
-    fn, line = where
-    return f"{os.path.relpath(fn) if not fn.startswith('<') else fn}:{line}"
-
-
-def current_tag():
-    return getattr(_state, "tag", None)
-
-
-@contextlib.contextmanager
-def eqn_tag(tag):
-    """Tag the equations bound inside (checkpoint uses it to keep recomputation apart)."""
-    prev = current_tag()
-    _state.tag = tag
-    try:
-        yield
-    finally:
-        _state.tag = prev
-
-
-@contextlib.contextmanager
-def source_info(src: str | None):
-    """Attribute the equations bound inside to `src` (used when replaying or differentiating)."""
-    prev = _src_override()
-    _state.src = src
-    try:
-        yield
-    finally:
-        _state.src = prev
-
-
-class FuncgradError(Exception):
-    """Base class of funcgrad's errors about user programs."""
-
-
-class ShapeError(FuncgradError, TypeError):
-    """An operation got operands of incompatible shapes or dtypes."""
-
-
-def type_error(prim_name: str, msg: str, avals=()) -> ShapeError:
-    where = user_frame_src()
-    ops = ", ".join(a.str_short() for a in avals)
-    return ShapeError(f"{prim_name}: {msg}" + (f" (operands: {ops})" if ops else "")
-                      + f"\n  at {where}")
-
-
-# ---------------------------------------------------------------------------------------------
-# expressions
-# ---------------------------------------------------------------------------------------------
-
-class Var:
-    """A variable bound once in an expression."""
-    __slots__ = ("aval",)
-
-    def __init__(self, aval: ShapedArray):
-        self.aval = aval
-
-
-class Lit:
-    """A scalar literal inlined in an equation."""
-    __slots__ = ("aval", "val")
-
-    def __init__(self, val):
-        self.val = np.asarray(val)
-        self.aval = ShapedArray((), self.val.dtype)
-
-
-class Eqn:
-    """One primitive application: out = prim(*inputs, **params), bound at `src`."""
-    __slots__ = ("inputs", "out", "params", "prim", "src", "tag")
-
-    def __init__(self, prim, inputs, params, out, src, tag=None):
-        self.prim, self.inputs, self.params, self.out, self.src = prim, inputs, params, out, src
-        self.tag = tag  # set on rematerialized equations so that CSE keeps them apart
-
-
-class Expr:
-    """A jaxpr-like expression: in_binders (the first n_consts are constants), eqns, outs."""
-
-    def __init__(self, in_binders, eqns, outs, n_consts=0):
-        self.in_binders, self.eqns, self.outs, self.n_consts = in_binders, eqns, outs, n_consts
-
-    def __str__(self):
-        return pp_expr(self)
-
-    __repr__ = __str__
-
-
-class ClosedExpr:
-    """An expression with the values of its constants; what `make_jaxpr` returns."""
-
-    def __init__(self, expr: Expr, consts: list, in_tree=None, out_tree=None):
-        self.expr, self.consts, self.in_tree, self.out_tree = expr, consts, in_tree, out_tree
-
-    eqns = property(lambda self: self.expr.eqns)
-    in_avals = property(lambda self: [v.aval for v in self.expr.in_binders[self.expr.n_consts:]])
-    out_avals = property(lambda self: [v.aval for v in self.expr.outs])
-
-    def __str__(self):
-        return pp_expr(self.expr)
-
-    __repr__ = __str__
-
-
-def _names():
-    for n in itertools.count():
-        s = ""
-        n += 1
-        while n:
-            n, r = divmod(n - 1, 26)
-            s = chr(97 + r) + s
-        yield s
-
-
-def _fmt_param(v):
-    if isinstance(v, np.dtype):
-        return v.name
-    if isinstance(v, (Expr, ClosedExpr)):
-        return "{...}"
-    if callable(v) and hasattr(v, "__name__"):
-        return v.__name__
-    return repr(v)
-
-
-def pp_expr(expr: Expr, show_src: bool = True) -> str:
-    """Render an expression the way JAX prints a jaxpr, with each equation's call site."""
-    names = {}
-    gen = _names()
-
-    def name(v):
-        if isinstance(v, Lit):
-            return repr(v.val.item())
-        if v not in names:
-            names[v] = next(gen)
-        return names[v]
-
-    def binder(v):
-        return f"{name(v)}:{v.aval.str_short()}"
-
-    consts = " ".join(binder(v) for v in expr.in_binders[:expr.n_consts])
-    args = " ".join(binder(v) for v in expr.in_binders[expr.n_consts:])
-    lines = ["{ lambda " + (consts + "; " if consts else "") + args + ". let"]
-    rows = []
-    for e in expr.eqns:
-        params = " ".join(f"{k}={_fmt_param(v)}" for k, v in e.params.items())
-        rhs = e.prim.name + (f"[{params}]" if params else "") + " " + " ".join(
-            name(x) for x in e.inputs)
-        rows.append((f"    {binder(e.out)} = {rhs}", e.src))
-    width = max((len(r[0]) for r in rows), default=0)
-    for text, src in rows:
-        lines.append(text.ljust(width) + (f"    # {src}" if show_src and src else ""))
-    outs = ", ".join(name(v) for v in expr.outs)
-    lines.append(f"  in ({outs},) }}" if len(expr.outs) == 1 else f"  in ({outs}) }}")
-    return "\n".join(lines)
-
-
+from funcgrad.core.dtypes import (  # noqa: F401
+    SUPPORTED_DTYPES,
+    ShapedArray,
+    _NARROW,
+    _SHORT,
+    _X64,
+    _set_x64,
+    canonicalize_dtype,
+    is_complex,
+    is_float,
+    is_int,
+    real_dtype,
+)
+from funcgrad.core.source import (  # noqa: F401
+    FuncgradError,
+    ShapeError,
+    _PKG_DIR,
+    _fmt_src,
+    _src_override,
+    _state,
+    current_tag,
+    eqn_tag,
+    source_info,
+    type_error,
+    user_frame,
+    user_frame_src,
+)
+from funcgrad.core.expr import (  # noqa: F401
+    ClosedExpr,
+    Eqn,
+    Expr,
+    Lit,
+    Var,
+    _fmt_param,
+    _names,
+    pp_expr,
+)
 # ---------------------------------------------------------------------------------------------
 # primitives
 # ---------------------------------------------------------------------------------------------
@@ -334,6 +85,24 @@ def defprim(name, shape, impl, vjp=None, jvp=None, batch=None, kind="other") -> 
     p = Primitive(name, shape, impl, vjp, jvp, batch, kind)
     PRIMITIVES[name] = p
     return p
+
+
+def aval_of(x) -> ShapedArray:
+    """The abstract value of an Array, tracer, numpy array or Python scalar."""
+    if isinstance(x, ArrayBase):
+        return x.aval
+    if isinstance(x, (np.ndarray, np.generic)):
+        dt = x.dtype if _X64[0] else _NARROW.get(x.dtype, x.dtype)
+        return ShapedArray(x.shape, dt)
+    if isinstance(x, bool):
+        return ShapedArray((), np.bool_)
+    if isinstance(x, int):
+        return ShapedArray((), np.int32)
+    if isinstance(x, float):
+        return ShapedArray((), np.float32)
+    if isinstance(x, complex):
+        return ShapedArray((), np.complex64)
+    raise TypeError(f"{type(x).__name__} is not a valid funcgrad array type: {x!r}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -849,12 +618,3 @@ def typecheck_expr(expr: Expr) -> None:
     for o in expr.outs:
         if isinstance(o, Var) and o not in env:
             raise TypeError("expression output is not bound")
-
-
-def _register_config_hooks():
-    from funcgrad.config import config, on_update
-    on_update("enable_x64", _set_x64)
-    _set_x64(config.enable_x64)
-
-
-_register_config_hooks()

@@ -107,8 +107,9 @@ class CudaBackend(Backend):
         from funcgrad.cuda.plan import Plan
         return Plan(self, expr, consts, donate)
 
-    def planned_peak(self, plan, avals) -> int:
+    def planned_peak(self, compile_plan, avals) -> int:
         """The plan's static peak (planning it on zero-filled arguments if not yet planned)."""
+        plan = compile_plan()
         if plan.layout is None and plan.static_ok:
             from funcgrad.core import Array
             from funcgrad.cuda.elementwise import fill
@@ -117,8 +118,8 @@ class CudaBackend(Backend):
                 plan(args)
         return plan.peak_bytes(avals)
 
-    def describe(self, plan) -> str:
-        return plan.describe()
+    def describe(self, compile_plan) -> str:
+        return compile_plan().describe()
 
     # interop --------------------------------------------------------------------------------
 
