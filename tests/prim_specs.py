@@ -407,6 +407,7 @@ def _specs() -> dict[str, PrimSpec]:
     add("cos", unary(), diff_argnums=(0,), tol=f32_loose)
     add("sqrt", unary("positive"), diff_argnums=(0,), domain="positive")
     add("rsqrt", unary("positive"), diff_argnums=(0,), domain="positive", tol=f32_loose)
+    add("square", unary(), dtypes=NUMERIC, diff_argnums=(0,))
     add("erf", unary(), diff_argnums=(0,), tol=f32_loose)
     add("abs", unary("real", grad_domain="nonzero"), dtypes=NUMERIC, diff_argnums=(0,),
         domain="real; nonzero for gradients")

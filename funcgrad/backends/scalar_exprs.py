@@ -151,6 +151,17 @@ _INFIX = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
           "and": "&", "or": "|", "xor": "^"}
 
 
+# each elementwise op's properties, beside its row in `ops` below:
+# INEXACT: numpy's loops (SIMD exp/log/pow/...) round differently from libm in some last bits,
+# so the CPU's jitted kernels leave these ops to numpy (results bit for bit the interpreter's)
+INEXACT = frozenset({"exp", "log", "log1p", "expm1", "tanh", "logistic", "sin", "cos", "pow"})
+# COMPLEX: the ops whose templates also take complex operands (the CUDA complex kernels)
+COMPLEX = frozenset({"neg", "exp", "log", "tanh", "sin", "cos", "sqrt", "abs", "sign", "add",
+                     "sub", "mul", "div", "pow", "eq", "ne", "select", "integer_pow",
+                     "convert_element_type", "stop_gradient", "real", "imag", "conj", "complex",
+                     "square"})
+
+
 def ops(*, sign_consts, ipow_negative, fmod: str, erf, abs_) -> dict:
     """The op table, name -> (number of inputs, template(args, T) -> expression, helpers used),
     given what a backend spells its own way: `sign_consts` (see `sign`), `ipow_negative` (see
@@ -167,6 +178,7 @@ def ops(*, sign_consts, ipow_negative, fmod: str, erf, abs_) -> dict:
         "cos": (1, math_fn("cos"), ()),
         "sqrt": (1, math_fn("sqrt"), ()),
         "rsqrt": (1, template("({ct}(1) / math.sqrt({0}))"), ()),
+        "square": (1, wrapping("({0} * {0})"), ()),
         "erf": (1, erf, ()),
         "abs": (1, abs_, ()),
         "sign": (1, sign(sign_consts), ()),

@@ -12,16 +12,14 @@ from __future__ import annotations
 import numpy as np
 
 from funcgrad import prims as P
+from funcgrad.backends import scalar_exprs as sx
 from funcgrad.prims import complex as PC
 from funcgrad.core import ShapedArray, real_dtype, user_frame_src
 from funcgrad.cuda import elementwise as ew
 from funcgrad.cuda import reduce
 from funcgrad.cuda.arrays import from_host, to_host
 
-# elementwise primitives whose scalar ops have complex forms in elementwise.OPS
-_EW_COMPLEX = {"neg", "exp", "log", "tanh", "sin", "cos", "sqrt", "abs", "sign", "add", "sub",
-               "mul", "div", "pow", "eq", "ne", "select", "integer_pow", "convert_element_type",
-               "stop_gradient", "real", "imag", "conj", "complex"}
+_EW_COMPLEX = sx.COMPLEX
 _LAYOUT = {"broadcast_in_dim", "reshape", "transpose", "slice", "rev", "pad", "concatenate",
            "take", "copy"}
 

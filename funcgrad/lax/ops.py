@@ -29,7 +29,21 @@ exp, exp2, log, log1p, expm1 = fnp.exp, fnp.exp2, fnp.log, fnp.log1p, fnp.expm1
 sin, cos, tan, tanh, sinh, cosh = fnp.sin, fnp.cos, fnp.tan, fnp.tanh, fnp.sinh, fnp.cosh
 asin, acos, atan, atan2 = fnp.arcsin, fnp.arccos, fnp.arctan, fnp.arctan2
 asinh, acosh, atanh = fnp.arcsinh, fnp.arccosh, fnp.arctanh
-sqrt, cbrt, square = fnp.sqrt, fnp.cbrt, fnp.square
+sqrt, cbrt = fnp.sqrt, fnp.cbrt
+square_p = P.square_p
+
+
+def square(x):
+    """x * x elementwise, as one primitive (JAX's lax.square).
+
+    Example:
+        >>> from funcgrad import lax
+        >>> lax.square(3.0).item()
+        9.0
+    """
+    return bind(square_p, x)
+
+
 max, min = fnp.maximum, fnp.minimum  # noqa: A001
 eq, ne, lt, le, gt, ge = (fnp.equal, fnp.not_equal, fnp.less, fnp.less_equal, fnp.greater,
                           fnp.greater_equal)
@@ -457,6 +471,7 @@ __all__ = [
     "sqrt",
     "cbrt",
     "square",
+    "square_p",
     "max",
     "min",
     "eq",

@@ -153,6 +153,8 @@ sin_p = _unary_diff("sin", np.sin, lambda x, out: bind(cos_p, x))           # si
 cos_p = _unary_diff("cos", np.cos, lambda x, out: neg(bind(sin_p, x)))      # cos' = -sin
 sqrt_p = _unary_diff("sqrt", np.sqrt,                                       # 1 / (2 sqrt x)
                      lambda x, out: div(full_like(x, 0.5), out))
+square_p = _unary_diff("square", np.square,                                 # (x^2)' = 2x
+                       lambda x, out: mul(full_like(x, 2), x), kinds="fic")
 rsqrt_p = _unary_diff("rsqrt", lambda x: (1 / np.sqrt(x)).astype(x.dtype),  # -x^-3/2 / 2
                       lambda x, out: mul(full_like(x, -0.5), div(out, x)), kinds="f")
 erf_p = _unary_diff(                                                        # 2/sqrt(pi) e^-x^2

@@ -91,8 +91,7 @@ OPS: dict = sx.ops(
     erf=sx.template("math.erf(float64({0}))"))
 
 
-# ops whose numpy loops (SIMD exp/log/pow/...) round differently from libm in some last bits
-INEXACT = frozenset({"exp", "log", "log1p", "expm1", "tanh", "logistic", "sin", "cos", "pow"})
+INEXACT = sx.INEXACT
 
 
 def exact(e) -> bool:
