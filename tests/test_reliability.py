@@ -6,9 +6,16 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 import funcgrad
+import funcgrad.numpy as fnp
 from funcgrad import jit
+
+SHAPES = hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=3)
 
 _MLP = """
 import sys
@@ -55,3 +62,27 @@ def test_cpu_reruns_are_bit_identical():
     runs = [subprocess.run([sys.executable, "-c", _MLP], capture_output=True, text=True,
                            env=env, check=True).stdout for _ in range(2)]
     assert runs[0] and runs[0] == runs[1]
+
+
+@given(shape=SHAPES, dtype=st.sampled_from(["int8", "uint8", "int32", "uint32"]),
+       above=st.booleans())
+def test_python_ints_that_do_not_fit_raise(shape, dtype, above):
+    # issue 31.2: numpy's astype had wrapped them silently; JAX raises OverflowError
+    info = np.iinfo(dtype)
+    big = int(info.max) + 1 if above else int(info.min) - 1
+    x = fnp.zeros(shape, dtype)
+    msg = f"Python int {big} too large to convert to {dtype}"
+    for f in (lambda: x + big, lambda: jit(lambda a: a * big)(x),
+              lambda: fnp.where(x > 0, x, big), lambda: fnp.array([1, big], dtype=dtype),
+              lambda: fnp.asarray(big, dtype)):
+        with pytest.raises(OverflowError, match=msg + r"\n  at .*test_reliability.py"):
+            f()
+    if x.ndim and x.size:
+        with pytest.raises(OverflowError, match=msg):
+            x.at[0].set(big)
+        first = (0,) * x.ndim
+        assert int(x.at[first].set(int(info.max))[first]) == info.max
+    assert (x + int(info.max)).dtype == dtype      # values that fit keep the weak typing
+    np.testing.assert_array_equal(fnp.asarray(x, "float32") + 2 ** 40, np.full(shape, 2.0 ** 40))
+    with pytest.raises(OverflowError, match="2147483648 too large to convert to int32"):
+        fnp.arange(3) + 2 ** 31
