@@ -86,3 +86,25 @@ def test_python_ints_that_do_not_fit_raise(shape, dtype, above):
     np.testing.assert_array_equal(fnp.asarray(x, "float32") + 2 ** 40, np.full(shape, 2.0 ** 40))
     with pytest.raises(OverflowError, match="2147483648 too large to convert to int32"):
         fnp.arange(3) + 2 ** 31
+
+
+_ACTIVATIONS = ["relu", "relu6", "elu", "celu", "selu", "leaky_relu", "gelu", "silu", "sigmoid",
+                "softplus", "hard_tanh", "hard_sigmoid", "hard_silu", "log_sigmoid", "soft_sign",
+                "mish", "sparse_plus", "sparse_sigmoid", "squareplus", "tanh", "identity"]
+
+
+@given(shape=SHAPES, name=st.sampled_from(_ACTIVATIONS), seed=st.integers(0, 99))
+def test_activations_propagate_nan(shape, name, seed):
+    # issue 31.3: nn.relu was where(x > 0, x, 0), which turns NaN into 0 (JAX keeps NaN)
+    from funcgrad import grad, nn
+    f = getattr(nn, name)
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape).astype(np.float32)
+    nan = rng.random(shape) < 0.3
+    x[nan] = np.nan
+    for y in (f(x), jit(f)(x)):
+        np.testing.assert_array_equal(np.isnan(np.asarray(y)), nan)
+    if name == "relu":   # JAX's gradient: 1 above 0, 0 at and below 0
+        g = grad(lambda v: fnp.sum(nn.relu(v)))(np.array([-1.0, 0.0, 2.0], np.float32))
+        np.testing.assert_array_equal(g, [0.0, 0.0, 1.0])
+        np.testing.assert_array_equal(nn.relu(np.array([-np.inf, np.inf])), [0.0, np.inf])
