@@ -17,6 +17,12 @@ from funcgrad import jit
 
 SHAPES = hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=3)
 
+
+def _child_env():
+    """os.environ with this funcgrad first on PYTHONPATH (for the tests' subprocesses)."""
+    root = os.path.dirname(os.path.dirname(funcgrad.__file__))
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+
 _MLP = """
 import sys
 import numpy as np
@@ -57,8 +63,7 @@ def test_cpu_reruns_are_bit_identical():
     a, b = funcgrad.device_put(a, dev), funcgrad.device_put(b, dev)
     distinct = {np.asarray(f(a, b)).tobytes() for _ in range(300)}
     assert len(distinct) == 1
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [os.path.dirname(os.path.dirname(funcgrad.__file__)), os.environ.get("PYTHONPATH", "")]))
+    env = _child_env()
     runs = [subprocess.run([sys.executable, "-c", _MLP], capture_output=True, text=True,
                            env=env, check=True).stdout for _ in range(2)]
     assert runs[0] and runs[0] == runs[1]
@@ -108,3 +113,114 @@ def test_activations_propagate_nan(shape, name, seed):
         g = grad(lambda v: fnp.sum(nn.relu(v)))(np.array([-1.0, 0.0, 2.0], np.float32))
         np.testing.assert_array_equal(g, [0.0, 0.0, 1.0])
         np.testing.assert_array_equal(nn.relu(np.array([-np.inf, np.inf])), [0.0, np.inf])
+
+
+def _edit_header(data: bytes, old: bytes, new: bytes) -> bytes:
+    """The file with one edit inside its JSON header, the length prefix kept valid."""
+    n = int.from_bytes(data[:8], "little")
+    header = data[8:8 + n]
+    assert header.count(old) == 1, (old, header)
+    header = header.replace(old, new)
+    header += b" " * (-len(header) % 8)
+    return len(header).to_bytes(8, "little") + header + data[8 + n:]
+
+
+def test_checkpoint_headers_are_verified(tmp_path):
+    # issue 31.4: the digests covered the tensor bytes only, so an edited shape, dtype or
+    # stored Python scalar loaded silently
+    import json
+
+    import safetensors.numpy
+
+    from funcgrad import io
+    path = tmp_path / "ckpt.safetensors"
+    tree = {"w": fnp.arange(6, dtype="float32").reshape(2, 3), "step": 7,
+            "e": np.zeros((0, 1), np.int32), "one": np.ones(1, np.uint8)}
+    io.save(path, tree)
+    data = path.read_bytes()
+    bad = tmp_path / "bad.safetensors"
+    for old, new in [(b'"shape":[2,3]', b'"shape":[3,2]'), (b'"dtype":"F32"', b'"dtype":"I32"'),
+                     (b'\\"v\\":7', b'\\"v\\":8'), (b'"shape":[0,1]', b'"shape":[1,0]')]:
+        bad.write_bytes(_edit_header(data, old, new))
+        with pytest.raises(ValueError, match="header .* fails its SHA-256 check"):
+            io.load(bad)
+    # every single-bit flip of the header raises or loads what was saved
+    n = int.from_bytes(data[:8], "little")
+    want = io.load(path)
+    for pos in range(8, 8 + n):
+        for bit in range(8):
+            flipped = bytearray(data)
+            flipped[pos] ^= 1 << bit
+            bad.write_bytes(bytes(flipped))
+            try:
+                got = io.load(bad)
+            except ValueError:
+                continue
+            assert got["step"] == 7 and all(
+                np.asarray(got[k]).dtype == np.asarray(want[k]).dtype
+                and np.asarray(got[k]).tobytes() == np.asarray(want[k]).tobytes()
+                and np.shape(got[k]) == np.shape(want[k]) for k in ("w", "e", "one"))
+    # a file of the previous format (tensor digests only) still loads
+    header = json.loads(data[8:8 + n])
+    meta = dict(header["__metadata__"], **{"funcgrad.format": "1"})
+    del meta["funcgrad.header_sha256"]
+    tensors = {k: np.asarray(v) for k, v in [("w", tree["w"]), ("e", tree["e"]),
+                                              ("one", tree["one"])]}
+    old = tmp_path / "v1.safetensors"
+    safetensors.numpy.save_file(tensors, str(old), metadata=meta)
+    assert io.load(old)["step"] == 7
+    meta["funcgrad.format"] = "3"
+    safetensors.numpy.save_file(tensors, str(old), metadata=meta)
+    with pytest.raises(ValueError, match="unknown funcgrad format version '3'"):
+        io.load(old)
+
+
+_KILLED_SAVE = """
+import os, signal, sys
+import funcgrad.numpy as fnp
+from funcgrad import io
+os.fsync = lambda fd: os.kill(os.getpid(), signal.SIGKILL)   # dies after writing, unrenamed
+io.save(sys.argv[1], {"w": fnp.zeros(1000)})
+"""
+
+
+def test_interrupted_saves_are_cleaned_and_saves_are_reproducible(tmp_path):
+    # issue 31.5: a save killed mid-write left its .NAME.<uuid>.tmp forever, errors named the
+    # temp file, and the same tree saved twice gave different bytes (metadata in hash order)
+    import fcntl
+
+    from funcgrad import io
+    path = tmp_path / "ckpt.safetensors"
+    io.save(path, {"w": fnp.ones(3)})
+    run = subprocess.run([sys.executable, "-c", _KILLED_SAVE, str(path)], env=_child_env(),
+                         check=False)
+    assert run.returncode == -9
+    left = [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]
+    assert len(left) == 1 and left[0].startswith(".ckpt.safetensors.")
+    assert io.load(path)["w"].tolist() == [1.0, 1.0, 1.0]     # the old checkpoint is intact
+    running = tmp_path / (".ckpt.safetensors." + "0" * 32 + ".tmp")  # a save still writing
+    other = tmp_path / (".other.safetensors." + "1" * 32 + ".tmp")   # another path's
+    running.write_bytes(b"x")
+    other.write_bytes(b"x")
+    with open(running, "rb") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        io.save(path, {"w": fnp.zeros(2)})
+    assert sorted(os.listdir(tmp_path)) == sorted(["ckpt.safetensors", running.name, other.name])
+    io.save(path, {"w": fnp.zeros(2)})
+    assert sorted(os.listdir(tmp_path)) == sorted(["ckpt.safetensors", other.name])
+    # errors name the user's path, not the temp file
+    for target in (tmp_path / "missing" / "x.safetensors", tmp_path / "missing"):
+        if target.name == "missing":
+            target.mkdir()
+        with pytest.raises(OSError) as info:
+            io.save(target, {"w": fnp.zeros(1)})
+        assert info.value.filename == str(target) and ".tmp" not in str(info.value)
+        assert str(target) in str(info.value)
+    # the same tree gives the same bytes
+    tree = {"params": {"w": fnp.ones((2, 3)), "b": np.zeros(0, np.float16)}, "step": 3,
+            "lr": 0.5, "name": "run", "opt": (None, [fnp.zeros(1, "int32")])}
+    saved = set()
+    for _ in range(8):
+        io.save(path, tree)
+        saved.add(path.read_bytes())
+    assert len(saved) == 1
