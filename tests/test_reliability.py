@@ -224,3 +224,21 @@ def test_interrupted_saves_are_cleaned_and_saves_are_reproducible(tmp_path):
         io.save(path, tree)
         saved.add(path.read_bytes())
     assert len(saved) == 1
+
+
+@given(shape=SHAPES, seed=st.integers(0, 99))
+def test_closed_over_numpy_arrays_are_captured_at_trace_time(shape, seed):
+    # issue 31.6: the compiled function kept a reference to the numpy array, so a later
+    # c[...] = 100 changed jit(lambda v: v + c)'s results (JAX captures the value)
+    from funcgrad import grad, lax
+    c = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    before = c.copy()
+    fs = [jit(lambda v: v + c), jit(lambda v: v * c), jit(lambda v: v + c * 2),
+          jit(grad(lambda v: fnp.sum(v * c))),
+          jit(lambda v: lax.scan(lambda h, _: (h + c, None), v, None, length=2)[0])]
+    v = np.ones(shape, np.float32)
+    want = [np.asarray(f(v)) for f in fs]
+    c[...] = 100.0
+    for f, w in zip(fs, want):
+        np.testing.assert_array_equal(f(v), w)
+    np.testing.assert_array_equal(want[0], before + 1)

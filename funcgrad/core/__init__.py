@@ -686,6 +686,7 @@ class Builder:
         self.level = level
         self.eqns: list[Eqn] = []
         self.consts: dict[int, tuple[Var, Any]] = {}
+        self.keep: list = []    # the numpy arrays whose copies are constants
 
     def new_arg(self, aval: ShapedArray) -> Tracer:
         return Tracer(self, Var(aval))
@@ -698,12 +699,16 @@ class Builder:
             return x
         if not isinstance(x, ArrayBase):
             aval = aval_of(x)
-            if aval.ndim == 0:
-                return Lit(np.asarray(x, dtype=aval.dtype))
+            if aval.ndim == 0:   # np.array copies: a 0-d numpy array may change later
+                return Lit(np.array(x, dtype=aval.dtype))
         key = id(x)
         hit = self.consts.get(key)
         if hit is None:
-            hit = self.consts[key] = (Var(aval_of(x)), x)
+            val = x
+            if isinstance(x, np.ndarray):   # the value at trace time, as JAX captures it:
+                self.keep.append(x)          # a later x[0] = ... must not reach a compiled
+                val = x.copy()               # function (x stays alive: consts key on id)
+            hit = self.consts[key] = (Var(aval_of(x)), val)
         return hit[0]
 
     def add_eqn(self, prim, inputs, params, aval, src) -> Tracer:
