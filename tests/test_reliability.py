@@ -242,3 +242,22 @@ def test_closed_over_numpy_arrays_are_captured_at_trace_time(shape, seed):
     for f, w in zip(fs, want):
         np.testing.assert_array_equal(f(v), w)
     np.testing.assert_array_equal(want[0], before + 1)
+
+
+@pytest.mark.parametrize("depth", [1, 64, 65, 250, 400, 900])
+def test_deeply_nested_pytrees_jit(depth):
+    # issue 31.7: the generated tree builder nested one bracket per level (SyntaxError at
+    # 250) and its writers recursed per level (RecursionError at 400); eager tree_map and
+    # JAX's jit handle 900
+    from funcgrad import grad, tree_util
+    tree = fnp.zeros((1, 0)), np.ones(1, np.float32)
+    for i in range(depth):
+        tree = [tree] if i % 3 == 0 else (tree, None) if i % 3 == 1 else {"k": tree}
+    want = tree_util.tree_map(lambda x: x + 1, tree)
+    for _ in range(2):   # the second call takes jit's per-call path
+        got = jit(lambda t: tree_util.tree_map(lambda x: x + 1, t))(tree)
+        assert tree_util.tree_structure(got) == tree_util.tree_structure(want)
+        for a, b in zip(tree_util.tree_leaves(got), tree_util.tree_leaves(want)):
+            np.testing.assert_array_equal(a, b)
+    g = jit(grad(lambda t: fnp.sum(tree_util.tree_leaves(t)[1] * 3)))(tree)
+    np.testing.assert_array_equal(tree_util.tree_leaves(g)[1], [3.0])
