@@ -261,3 +261,70 @@ def test_deeply_nested_pytrees_jit(depth):
             np.testing.assert_array_equal(a, b)
     g = jit(grad(lambda t: fnp.sum(tree_util.tree_leaves(t)[1] * 3)))(tree)
     np.testing.assert_array_equal(tree_util.tree_leaves(g)[1], [3.0])
+
+
+def _take_ref(x, idx, axis, mode, fill):
+    """numpy's take for clip/wrap; JAX's fill and promise_in_bounds written out."""
+    n = x.shape[axis]
+    if mode in ("clip", "wrap"):
+        return np.take(x, idx, axis=axis, mode=mode) if n else None
+    if mode == "promise_in_bounds":
+        return np.take(x, np.clip(np.where(idx < 0, idx + n, idx), 0, n - 1), axis=axis) \
+            if n else None
+    ok = (idx >= -n) & (idx < n)
+    padded = np.concatenate([x, np.full(x.shape[:axis] + (1,) + x.shape[axis + 1:], fill,
+                                        x.dtype)], axis=axis)
+    return np.take(padded, np.where(ok, np.where(idx < 0, idx + n, idx), n), axis=axis)
+
+
+@given(shape=hnp.array_shapes(min_dims=1, max_dims=3, min_side=0, max_side=3),
+       data=st.data(), mode=st.sampled_from(["clip", "wrap", "fill", "promise_in_bounds"]))
+def test_indexing_modes_and_messages(shape, data, mode):
+    # issue 31.8: take_along_axis reported a linearised sentinel ("index -6" for 9 on 5
+    # elements); take and .at[].get did not accept JAX's out-of-bounds modes
+    from funcgrad import grad
+    axis = data.draw(st.integers(0, len(shape) - 1))
+    n = shape[axis]
+    idx = np.asarray(data.draw(st.lists(st.integers(-2 * n - 2, 2 * n + 2), max_size=4)),
+                     np.int32)
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    want = _take_ref(x, idx, axis, mode, -5.0)
+    if want is None:   # clip, wrap and promise_in_bounds cannot read an empty axis
+        return
+    for f in (fnp.take, jit(fnp.take, static_argnames=("axis", "mode", "fill_value"))):
+        np.testing.assert_array_equal(f(x, idx, axis=axis, mode=mode, fill_value=-5.0), want)
+    # the gradient reaches the elements read (a filled one's is 0)
+    w = np.random.default_rng(1).standard_normal(want.shape).astype(np.float32)
+    g = grad(lambda v: fnp.sum(w * fnp.take(v, idx, axis=axis, mode=mode, fill_value=0.0)))(x)
+    ref = np.zeros_like(x)
+    n_safe = max(n, 1)
+    pos = {"clip": np.clip(idx, 0, n - 1), "wrap": idx % n_safe,
+           "promise_in_bounds": np.clip(np.where(idx < 0, idx + n, idx), 0, n - 1),
+           "fill": np.where(idx < 0, idx + n, idx)}[mode]
+    keep = (idx >= -n) & (idx < n) if mode == "fill" else np.ones(idx.shape, bool)
+    wt = np.moveaxis(w, list(range(axis, axis + idx.ndim)), list(range(idx.ndim)))
+    rt = np.moveaxis(ref, axis, 0)
+    np.add.at(rt, pos[keep], wt[keep])
+    np.testing.assert_allclose(g, ref, rtol=1e-6, atol=1e-6)
+    # .at[].get along the first axis: JAX's modes (indexing wraps negatives first)
+    if axis == 0 and mode != "wrap":
+        get_mode = {"clip": "promise_in_bounds"}.get(mode, mode)
+        got = fnp.asarray(x).at[idx].get(mode="clip" if mode == "clip" else mode,
+                                         fill_value=-5.0)
+        np.testing.assert_array_equal(got, _take_ref(x, idx, 0, get_mode, -5.0))
+    # mode None: an out-of-range index raises naming it and the axis' size
+    if idx.size and ((idx < -n) | (idx >= n)).any():
+        bad = int(idx[(idx < -n) | (idx >= n)][0])
+        msg = rf"index {bad} is out of bounds for an axis of size {n}\b.*\n  at .*reliability"
+        ia = np.expand_dims(idx, tuple(d for d in range(len(shape)) if d != axis))
+        fs = [lambda: fnp.take(x, idx, axis=axis)]
+        if all(s for d, s in enumerate(shape) if d != axis):   # else no index is read
+            fs += [lambda: fnp.take_along_axis(x, ia, axis),
+                   lambda: jit(lambda v: fnp.take_along_axis(v, ia, axis))(x)]
+        for f in fs:
+            with pytest.raises(IndexError, match=msg):
+                f()
+    with pytest.raises(IndexError, match=r"index 9 is out of bounds for an axis of size 5"):
+        fnp.take_along_axis(fnp.arange(5.0), fnp.asarray([9]), axis=0)
+    with pytest.raises(ValueError, match="invalid mode 'nope'"):
+        fnp.take(fnp.arange(5.0), [1], mode="nope")

@@ -483,7 +483,10 @@ class ArrayBase:
     def dot(self, other): return _numpy_api.dot(self, other)
     def conj(self): return _numpy_api.conjugate(self)
     def conjugate(self): return _numpy_api.conjugate(self)
-    def take(self, indices, axis=None): return _numpy_api.take(self, indices, axis)
+    def take(self, indices, axis=None, out=None, mode=None, unique_indices=False,
+             indices_are_sorted=False, fill_value=None):
+        return _numpy_api.take(self, indices, axis, out, mode, unique_indices,
+                               indices_are_sorted, fill_value)
     def round(self, decimals=0): return _numpy_api.round(self, decimals)
 
 
