@@ -328,3 +328,37 @@ def test_indexing_modes_and_messages(shape, data, mode):
         fnp.take_along_axis(fnp.arange(5.0), fnp.asarray([9]), axis=0)
     with pytest.raises(ValueError, match="invalid mode 'nope'"):
         fnp.take(fnp.arange(5.0), [1], mode="nope")
+
+
+def test_static_arguments_that_name_no_parameter_raise():
+    # issue 31.9: jit(f, static_argnames="nn") naming no parameter was ignored silently;
+    # JAX raises ValueError naming the invalid argnames (and for static_argnums past the end)
+    def f(x, y=1, *, mode="a"):
+        return x * y if mode == "a" else x
+
+    def pos_only(x, /, y):
+        return x + y
+
+    def kwargs(x, **kw):
+        return x
+
+    def varargs(*xs):
+        return xs[0]
+
+    line = r"\n  at .*test_reliability.py"
+    with pytest.raises(ValueError, match=r"invalid argnames \{'nn'\} in static_argnames\. "
+                                         r"Function does not take these args \(f\(x, y, mode\)\)\."
+                                         + line):
+        jit(f, static_argnames="nn")
+    with pytest.raises(ValueError, match=r"static_argnums=\(2,\), but only accepts 2 "
+                                         r"positional arguments \(f\(x, y, mode\)\)\." + line):
+        jit(f, static_argnums=2)
+    with pytest.raises(ValueError, match=r"static_argnums=\(-3,\)"):
+        jit(f, static_argnums=-3)
+    with pytest.raises(ValueError, match=r"\{'x'\} in static_argnames\. These are positional"):
+        jit(pos_only, static_argnames="x")
+    x = np.ones(2, np.float32)
+    assert float(jit(f, static_argnames=("mode", "y"))(x, 3, mode="a")[0]) == 3.0
+    assert float(jit(f, static_argnums=-1)(x, 2)[0]) == 2.0
+    assert float(jit(kwargs, static_argnames="anything")(x)[0]) == 1.0   # **kw takes any
+    assert float(jit(varargs, static_argnums=1)(x, 7)[0]) == 1.0         # *xs any position
