@@ -23,6 +23,7 @@ def _child_env():
     root = os.path.dirname(os.path.dirname(funcgrad.__file__))
     return dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
 
+
 _MLP = """
 import sys
 import numpy as np
