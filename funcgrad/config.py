@@ -36,6 +36,13 @@ _DEFAULTS = {
     # float64/int64 inputs keep their dtype. False: they, and explicit 64-bit dtype requests,
     # become 32-bit as in JAX's default mode (complex128 -> complex64)
     "enable_x64": True,
+    # False (the default): a CPU matmul runs on OpenBLAS's thread pool or on one thread as its
+    # shape says, so reruns of a program give the same bits. True: products of more than
+    # FUNCGRAD_CPU_BLAS_SERIAL flops (2 m n k, default 2^25) run on the pool or on one thread,
+    # whichever was faster lately, which avoids the pool's stalls on a machine whose cores are
+    # busy but makes results differ from run to run in the last bits (the two ways round
+    # differently); read at each product, so it applies to compiled functions too
+    "cpu_blas_adaptive": False,
 }
 
 # JAX's option names accepted by update()
@@ -85,7 +92,8 @@ def canonical_precision(precision):
 
 # checks a switch's value on update: returns the value to store
 _VALIDATORS = {"default_matmul_precision": canonical_precision,
-               "num_cpu_devices": check_num_cpu_devices, "enable_x64": bool}
+               "num_cpu_devices": check_num_cpu_devices, "enable_x64": bool,
+               "cpu_blas_adaptive": bool}
 
 
 class _Config:

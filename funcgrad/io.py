@@ -3,8 +3,10 @@
 A file is a plain safetensors file (so other safetensors readers open it): each array leaf is a
 tensor named by its path in the tree (``params.layers.0.w``). The ``__metadata__`` holds the
 tree structure as JSON (containers, None, Python scalars and strings, and which tensor each
-array leaf is) and a SHA-256 digest of every tensor's bytes, so that a truncated or corrupted
-file is detected and raises ``ValueError`` instead of returning partial or wrong data.
+array leaf is), a SHA-256 digest of every tensor's bytes and one of the header (the metadata
+and every tensor's name, dtype and shape), so that a truncated, corrupted or edited file is
+detected and raises ``ValueError`` instead of returning partial or wrong data. Files of the
+previous format (1: tensor digests only, funcgrad before issue 31) still load.
 
 Example:
     >>> import os, tempfile, funcgrad.numpy as fnp
@@ -16,9 +18,11 @@ Example:
 """
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
+import re
 import sys
 import uuid
 from typing import Any
@@ -43,7 +47,9 @@ from funcgrad.tree_util import (
 __all__ = ["load", "save"]
 
 _FORMAT_KEY, _TREE_KEY, _DIGEST_KEY = "funcgrad.format", "funcgrad.tree", "funcgrad.sha256"
-_FORMAT = "1"
+_HEADER_KEY = "funcgrad.header_sha256"
+_FORMAT = "2"          # 2: the header digest; 1 (still loaded): tensor digests only
+_FORMATS = ("1", "2")
 _DICT_KINDS = (PyTreeKind.DICT, PyTreeKind.ORDEREDDICT, PyTreeKind.DEFAULTDICT)
 _PY_SCALARS = (bool, int, float, str)
 
@@ -182,7 +188,19 @@ def _digest(arr: np.ndarray) -> str:
     return hashlib.sha256(_contiguous(arr).tobytes()).hexdigest()
 
 
-def _serialize(tree) -> bytes:
+def _header_digest(meta: dict, tensors: dict) -> str:
+    """SHA-256 of the header's meaning: every metadata entry but this digest, and each
+    tensor's name, dtype and shape (offsets need none: the tensor digests cover the bytes)."""
+    body = {"metadata": {k: v for k, v in meta.items() if k != _HEADER_KEY},
+            "tensors": {n: [a.dtype.name, list(a.shape)] for n, a in tensors.items()}}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def _serialize(tree) -> list:
+    """The file's bytes, as [length and header, tensor data]: safetensors' layout, with the
+    header's metadata keys in sorted order so that the same tree gives the same bytes
+    (safetensors writes them in a hash map's order, which changes from call to call)."""
     pairs, _ = tree_flatten_with_path(tree)
     names = dict(zip([p for p, _ in pairs], _leaf_names([p for p, _ in pairs])))
     structure = _encode(tree, names)
@@ -198,15 +216,85 @@ def _serialize(tree) -> bytes:
                 _TREE_KEY: json.dumps(structure, separators=(",", ":")),
                 _DIGEST_KEY: json.dumps({n: _digest(a) for n, a in tensors.items()},
                                         separators=(",", ":"), sort_keys=True)}
-    return _safetensors().save(tensors, metadata=metadata)
+    metadata[_HEADER_KEY] = _header_digest(metadata, tensors)
+    payload = _safetensors().save(tensors, metadata=metadata)
+    n = int.from_bytes(payload[:8], "little")
+    header = json.loads(payload[8:8 + n].decode("utf-8"))
+    header["__metadata__"] = dict(sorted(header["__metadata__"].items()))
+    text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    text += b" " * (-len(text) % 8)      # safetensors pads the header to 8 bytes
+    return [len(text).to_bytes(8, "little") + text, memoryview(payload)[8 + n:]]
+
+
+def _leftovers(path: str) -> list:
+    """Temp files of earlier saves to `path` (``.NAME.<32 hex>.tmp`` beside it)."""
+    directory, base = os.path.split(os.path.abspath(path))
+    pattern = re.compile(r"\." + re.escape(base) + r"\.[0-9a-f]{32}\.tmp")
+    return [f for f in glob.glob(os.path.join(glob.escape(directory), "." + glob.escape(base)
+                                              + ".*.tmp"))
+            if pattern.fullmatch(os.path.basename(f))]
+
+
+def _remove_leftovers(path: str) -> None:
+    """Removes what interrupted saves to `path` left (a process killed mid-write keeps its
+    temp file); a save still running holds a lock on its file and is left alone."""
+    for f in _leftovers(path):
+        try:
+            fd = os.open(f, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            if _try_lock(fd):
+                os.unlink(f)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
+def _try_lock(fd: int) -> bool:
+    """An exclusive lock on fd without waiting (True where locks do not exist)."""
+    try:
+        import fcntl
+    except ImportError:     # pragma: no cover - not POSIX
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    return True
+
+
+def _open_temp(path: str):
+    """(fd, name) of a new locked temp file beside `path`, one no cleanup has removed."""
+    directory = os.path.dirname(os.path.abspath(path))
+    while True:
+        tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies
+        _try_lock(fd)
+        if os.fstat(fd).st_nlink:   # another save's cleanup may have removed it before
+            return fd, tmp
+        os.close(fd)
+
+
+def _user_error(err: OSError, path: str, tmp: str | None) -> OSError:
+    """err naming the user's path instead of the temp file (same OSError subclass)."""
+    if err.errno is None or (tmp is not None and err.filename not in (None, tmp)):
+        return err
+    new = OSError(err.errno, f"{err.strerror} (funcgrad.io.save)", path)
+    new.__cause__ = err
+    return new
 
 
 def save(path: str | os.PathLike, tree: Any) -> None:
     """Saves a pytree to a safetensors file, atomically.
 
-    The bytes go to a temporary file in the same directory, are flushed to disk, and the file
-    is renamed over ``path`` (``os.replace``), so ``path`` holds either the old checkpoint or
-    the complete new one, never a partial write, even if the process dies mid-save.
+    The bytes go to a temporary file in the same directory (``.NAME.<uuid>.tmp``), are flushed
+    to disk, and the file is renamed over ``path`` (``os.replace``), so ``path`` holds either
+    the old checkpoint or the complete new one, never a partial write, even if the process
+    dies mid-save. The temp files such killed saves left are removed by the next save to
+    ``path`` (saves still running lock theirs and keep them). The same tree gives the same
+    bytes.
 
     Args:
         path: the file to write (conventionally ``*.safetensors``).
@@ -216,6 +304,7 @@ def save(path: str | os.PathLike, tree: Any) -> None:
 
     Raises:
         TypeError: a leaf cannot be saved (a tracer, an object, an unsupported dtype).
+        OSError: the file cannot be written (the error names ``path``, not the temp file).
 
     Example:
         >>> import os, tempfile, funcgrad.numpy as fnp
@@ -223,21 +312,28 @@ def save(path: str | os.PathLike, tree: Any) -> None:
         >>> save(path, {"w": fnp.zeros((3, 2)), "b": fnp.zeros(2)})
     """
     path = os.fspath(path)
-    payload = _serialize(tree)  # all errors about the tree surface before any file is touched
+    chunks = _serialize(tree)  # all errors about the tree surface before any file is touched
     directory = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies
+    tmp = None
     try:
+        _remove_leftovers(path)
+        fd, tmp = _open_temp(path)
         with os.fdopen(fd, "wb") as f:
-            f.write(payload)
+            for chunk in chunks:
+                f.write(chunk)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+    except BaseException as e:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+        if isinstance(e, OSError):
+            err = _user_error(e, path, tmp)
+            if err is not e:
+                raise err from e
         raise
     _fsync_dir(directory)
 
@@ -280,11 +376,19 @@ def _read_checked(path: str):
     meta = header.get("__metadata__") or {}
     if not isinstance(meta, dict):
         raise bad("__metadata__ is not a mapping")
-    if _TREE_KEY not in meta:
+    if not any(str(k).startswith("funcgrad.") for k in meta):
         return tensors, None  # written by another tool: a flat dict of tensors
+    version = meta.get(_FORMAT_KEY)
+    if version not in _FORMATS:
+        raise bad(f"unknown funcgrad format version {version!r} (this funcgrad reads "
+                  f"{', '.join(_FORMATS)})")
+    if (version == "1") == (_HEADER_KEY in meta):
+        raise bad(f"format {version} " + ("has no header digest" if version != "1" else
+                                         "carries a header digest"))
+    if version != "1" and meta[_HEADER_KEY] != _header_digest(meta, tensors):
+        raise bad("the header (metadata, tensor names, dtypes or shapes) fails its SHA-256 "
+                  "check")
     try:
-        if meta.get(_FORMAT_KEY) != _FORMAT:
-            raise ValueError(f"unknown funcgrad format version {meta.get(_FORMAT_KEY)!r}")
         structure = json.loads(meta[_TREE_KEY])
         digests = json.loads(meta[_DIGEST_KEY])
     except (ValueError, KeyError, TypeError) as e:
@@ -354,8 +458,8 @@ def _restore_like(path, like, tensors, structure):
 def load(path: str | os.PathLike, like: Any = None) -> Any:
     """Loads a pytree saved by :func:`save` (or any safetensors file).
 
-    Every check (file size, header, per-tensor checksums, and with ``like`` the structure,
-    shapes and dtypes) passes before anything is returned.
+    Every check (file size, the header's checksum, per-tensor checksums, and with ``like``
+    the structure, shapes and dtypes) passes before anything is returned.
 
     Args:
         path: the file.
@@ -369,7 +473,8 @@ def load(path: str | os.PathLike, like: Any = None) -> Any:
         The pytree, with funcgrad arrays (numpy arrays where numpy arrays were saved).
 
     Raises:
-        ValueError: the file is truncated or corrupted, or does not match ``like``.
+        ValueError: the file is truncated, corrupted or edited (a shape, dtype or stored Python
+            value changed), or does not match ``like``.
         FileNotFoundError: there is no file at ``path``.
 
     Example:

@@ -409,16 +409,54 @@ def _delete_donated(low, vals, name):
 
 def _static_positions(fun, static, static_names):
     """Like JAX: static_argnames also covers those arguments given by position, and
-    static_argnums those given by keyword. Returns (static, static_names, {position: name})."""
+    static_argnums those given by keyword. Returns (static, static_names, {position: name}).
+
+    Raises ValueError, as JAX's jit does, for static_argnums beyond the positional
+    parameters (unless fun takes *args) and for static_argnames naming no parameter (unless
+    fun takes **kwargs) or a positional-only one."""
     try:
         params = inspect.signature(fun).parameters.values()
     except (TypeError, ValueError):
         return static, static_names, {}
+    _check_static(fun, params, static, static_names)
     pos = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     static = tuple(dict.fromkeys(static + tuple(pos.index(n) for n in static_names if n in pos)))
     static_names = tuple(dict.fromkeys(
         static_names + tuple(pos[i] for i in static if 0 <= i < len(pos))))
     return static, static_names, dict(enumerate(pos))
+
+
+def _check_static(fun, params, static, static_names):
+    """JAX's validation of static_argnums and static_argnames against fun's signature."""
+    name = getattr(fun, "__name__", "fun")
+    kinds = {p.name: p.kind for p in params}
+    where = f"\n  at {core.user_frame_src()}"
+    n_pos = sum(k in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+                for k in kinds.values())
+    if static and inspect.Parameter.VAR_POSITIONAL not in kinds.values() and (
+            -min(static) > n_pos or max(static) >= n_pos):
+        raise ValueError(f"Jitted function has static_argnums={static}, but only accepts "
+                         f"{n_pos} positional arguments ({name}{_params(kinds)}).{where}")
+    pos_only = sorted(n for n in static_names
+                      if kinds.get(n) in (inspect.Parameter.POSITIONAL_ONLY,
+                                          inspect.Parameter.VAR_POSITIONAL))
+    if pos_only:
+        raise ValueError(f"Jitted function has invalid argnames {set(pos_only)} in "
+                         f"static_argnames. These are positional-only ({name}"
+                         f"{_params(kinds)}).{where}")
+    if inspect.Parameter.VAR_KEYWORD in kinds.values():
+        return
+    unknown = sorted(n for n in static_names if n not in kinds)
+    if unknown:
+        raise ValueError(f"Jitted function has invalid argnames {set(unknown)} in "
+                         f"static_argnames. Function does not take these args ({name}"
+                         f"{_params(kinds)}).{where}")
+
+
+def _params(kinds) -> str:
+    """'(x, y, *args)': a signature's parameter list, for messages."""
+    marks = {inspect.Parameter.VAR_POSITIONAL: "*", inspect.Parameter.VAR_KEYWORD: "**"}
+    return "(" + ", ".join(marks.get(k, "") + n for n, k in kinds.items()) + ")"
 
 
 @functools.lru_cache(maxsize=64)

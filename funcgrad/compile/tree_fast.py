@@ -5,8 +5,8 @@ state); a training loop calls a jitted step with the same structure every time. 
 PyTreeSpec this module writes two small Python functions: `leaf_getter` returns the leaves of
 an object that has exactly that structure (else None), `builder` rebuilds the pytree from
 leaves exactly as `tree_unflatten` would. Only tuples, lists, dicts, namedtuples and None are
-written out; a structure with any other node (OrderedDict, registered classes) gets None and
-jit keeps optree for it.
+written out; a structure with any other node (OrderedDict, registered classes) or nested
+deeper than MAX_DEPTH gets None and jit keeps optree for it.
 
 The getter takes a sequence's children by one unpacking (which also checks the length), the
 builder takes its leaves by one unpacking and makes namedtuples through tuple.__new__ when
@@ -35,8 +35,21 @@ def _is_namedtuple(x) -> bool:
     return isinstance(x, tuple) and type(x) is not tuple and hasattr(type(x), "_fields")
 
 
+# Deeper structures are left to optree: the generated builder nests one bracket per level
+# (Python's parser stops at 200) and both writers recurse once per level.
+MAX_DEPTH = 64
+
+
 def _skeleton(treedef):
-    return tree_unflatten(treedef, [_Slot(i) for i in range(treedef.num_leaves)])
+    """The structure with a _Slot at each leaf, or None when it nests deeper than MAX_DEPTH."""
+    skel = tree_unflatten(treedef, [_Slot(i) for i in range(treedef.num_leaves)])
+    level = [skel]
+    for _ in range(MAX_DEPTH + 1):
+        level = [c for n in level if type(n) in (tuple, list, dict) or _is_namedtuple(n)
+                 for c in (n.values() if type(n) is dict else n)]
+        if not level:
+            return skel
+    return None
 
 
 class _Writer:
@@ -110,7 +123,8 @@ def leaf_getter(treedef, leaf_type: type | None) -> Callable | None:
     w = _Writer()
     w.names["L"] = leaf_type
     leaves: dict = {}
-    if not _get_lines(w, _skeleton(treedef), "x", leaves):
+    skel = _skeleton(treedef)
+    if skel is None or not _get_lines(w, skel, "x", leaves):
         return None
     out = ", ".join(leaves[i] for i in range(treedef.num_leaves))
     body = "\n        ".join(w.lines)
@@ -166,7 +180,8 @@ def builder(treedef) -> Callable | None:
         ([1, 2], {'k': 3})
     """
     w = _Writer()
-    expr = _build_expr(w, _skeleton(treedef))
+    skel = _skeleton(treedef)
+    expr = None if skel is None else _build_expr(w, skel)
     if expr is None:
         return None
     ns = dict(w.names, TN=tuple.__new__)

@@ -252,7 +252,10 @@ class ArrayBase:
     def dot(self, other): return _numpy_api.dot(self, other)
     def conj(self): return _numpy_api.conjugate(self)
     def conjugate(self): return _numpy_api.conjugate(self)
-    def take(self, indices, axis=None): return _numpy_api.take(self, indices, axis)
+    def take(self, indices, axis=None, out=None, mode=None, unique_indices=False,
+             indices_are_sorted=False, fill_value=None):
+        return _numpy_api.take(self, indices, axis, out, mode, unique_indices,
+                               indices_are_sorted, fill_value)
     def round(self, decimals=0): return _numpy_api.round(self, decimals)
 
 
@@ -455,6 +458,7 @@ class Builder:
         self.level = level
         self.eqns: list[Eqn] = []
         self.consts: dict[int, tuple[Var, Any]] = {}
+        self.keep: list = []    # the numpy arrays whose copies are constants
 
     def new_arg(self, aval: ShapedArray) -> Tracer:
         return Tracer(self, Var(aval))
@@ -467,12 +471,16 @@ class Builder:
             return x
         if not isinstance(x, ArrayBase):
             aval = aval_of(x)
-            if aval.ndim == 0:
-                return Lit(np.asarray(x, dtype=aval.dtype))
+            if aval.ndim == 0:   # np.array copies: a 0-d numpy array may change later
+                return Lit(np.array(x, dtype=aval.dtype))
         key = id(x)
         hit = self.consts.get(key)
         if hit is None:
-            hit = self.consts[key] = (Var(aval_of(x)), x)
+            val = x
+            if isinstance(x, np.ndarray):   # the value at trace time, as JAX captures it:
+                self.keep.append(x)          # a later x[0] = ... must not reach a compiled
+                val = x.copy()               # function (x stays alive: consts key on id)
+            hit = self.consts[key] = (Var(aval_of(x)), val)
         return hit[0]
 
     def add_eqn(self, prim, inputs, params, aval, src) -> Tracer:

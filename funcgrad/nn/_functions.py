@@ -58,15 +58,19 @@ def _per_column(v, merged, dtype, fill):
 # ---------------------------------------------------------------------------------------------
 
 def relu(x):
-    """max(x, 0), with gradient 0 at x == 0 (like jax.nn.relu).
+    """max(x, 0), with gradient 0 at x == 0 (like jax.nn.relu); NaN stays NaN.
+
+    The select is `where(x <= 0, 0, x)`, not `where(x > 0, x, 0)`, which turned NaN into 0
+    and so let a model whose activations went NaN report a finite loss (issue 31). A NaN
+    element's gradient is the incoming cotangent (jax.nn.relu's is 0 there).
 
     Example:
         >>> import funcgrad.nn as nn, funcgrad.numpy as fnp
-        >>> nn.relu(fnp.array([-1.0, 2.0])).tolist()
-        [0.0, 2.0]
+        >>> nn.relu(fnp.array([-1.0, 2.0, float("nan")])).tolist()
+        [0.0, 2.0, nan]
     """
     x = fnp.asarray(x)
-    return fnp.where(x > 0, x, fnp.zeros_like(x))
+    return fnp.where(x <= 0, fnp.zeros_like(x), x)
 
 
 def sigmoid(x):

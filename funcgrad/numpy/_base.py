@@ -124,7 +124,23 @@ def result_type(*args):
 # conversion and broadcasting
 # ---------------------------------------------------------------------------------------------
 
+def check_int_fits(x, dtype):
+    """OverflowError, as JAX raises it, when the Python int `x` does not fit the integer
+    `dtype` it is converted to (numpy's astype would wrap it silently)."""
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        if not info.min <= x <= info.max:
+            raise OverflowError(f"Python int {x} too large to convert to {dtype}"
+                                f"\n  at {user_frame_src()}")
+
+
+def _is_py_int(x):
+    return isinstance(x, builtins.int) and not isinstance(x, (builtins.bool, np.generic))
+
+
 def _from_python(x, dtype):
+    if dtype is not None and _is_py_int(x):
+        check_int_fits(x, dtype)
     arr = np.asarray(x)
     if dtype is None:
         if arr.dtype == np.float64 and not isinstance(x, (np.ndarray, np.generic)):
@@ -137,6 +153,10 @@ def _from_python(x, dtype):
                                     "too large to convert to int32")
             arr = arr.astype(np.int32)  # Python ints default to int32
     else:
+        if (dtype.kind in "iu" and arr.dtype.kind in "iuO" and arr.size
+                and not isinstance(x, (np.ndarray, np.generic))):   # a list of Python ints
+            for v in (arr.min(), arr.max()):
+                check_int_fits(builtins.int(v), dtype)
         arr = arr.astype(dtype)
     canonical_dtype(arr.dtype)
     return arr
@@ -201,6 +221,8 @@ def _value(x, dtype):
     """x as an array of `dtype`: Python scalars become numpy scalars (literals when traced)."""
     if isinstance(x, ArrayBase):
         return x if x.dtype == dtype else prims.convert(x, dtype)
+    if _is_py_int(x):
+        check_int_fits(x, dtype)
     arr = np.asarray(x)
     if arr.dtype != dtype:
         arr = arr.astype(dtype)

@@ -6,7 +6,13 @@ import numpy as np
 from funcgrad import prims as P
 from funcgrad.core import ArrayBase, Tracer, bind, is_int, user_frame_src
 from funcgrad.numpy._base import asarray, broadcast_to, reshape
-from funcgrad.numpy._shape import checked_index, guard_index, transpose
+from funcgrad.numpy._shape import (
+    checked_index,
+    index_mode,
+    moded_index,
+    pad_fill,
+    transpose,
+)
 
 
 def _is_array_index(i):
@@ -159,8 +165,7 @@ def _advanced(y, adv, adjacent):
     for a, n in reversed(list(zip(arrays, sizes))):
         a = a if a.dtype in (np.int32, np.int64) else asarray(a, np.int32)
         term = checked_index(a, n) * stride if stride != 1 else checked_index(a, n)
-        term = guard_index(a, n, term, total)
-        lin = term if lin is None else _combine(lin, term, total)
+        lin = term if lin is None else lin + term
         stride *= n
     out = bind(P.take_p, flat, lin, axis=0)
     if not adjacent:
@@ -171,10 +176,36 @@ def _advanced(y, adv, adjacent):
     return transpose(out, perm)
 
 
-def _combine(lin, term, total):
-    from funcgrad.numpy._ufuncs import logical_or, where
-    bad = logical_or(lin < 0, term < 0)
-    return where(bad, -total - 1, lin + term)
+def _getitem_mode(x, idx, mode, fill_value):
+    """x[idx] with each integer or integer-array index mapped by `mode` along its axis
+    ("fill": out-of-range ones point at a slot appended to that axis holding fill_value)."""
+    mode = index_mode(mode, ".at[].get",
+                      ("promise_in_bounds", "clip", "fill", "drop", None))
+    if _scalar_mask(idx) is not None:
+        return _getitem(x, idx)
+    out, dim = [], 0
+    for i in _normalize(x, idx):
+        if i is _GAP:
+            out.append(Ellipsis)
+            continue
+        if i is None or isinstance(i, slice):
+            out.append(i)
+            dim += i is not None
+            continue
+        n = x.shape[dim]
+        if isinstance(i, int):
+            if mode == "fill" and not -n <= i < n:
+                i, pad = n, True
+            else:
+                i = i + n if i < 0 else i
+                i, pad = (min(max(i, 0), n - 1) if n else i), False
+        else:
+            i, pad = moded_index(asarray(i), n, mode, normalize=True)
+        if pad:
+            x = pad_fill(x, dim, fill_value)
+        out.append(i)
+        dim += 1
+    return _getitem(x, tuple(out))
 
 
 class _IndexUpdateHelper:
@@ -199,8 +230,31 @@ class _IndexUpdateRef:
     def __init__(self, x, idx):
         self.x, self.idx = x, idx
 
-    def get(self):
-        return _getitem(self.x, self.idx)
+    def get(self, *, indices_are_sorted=False, unique_indices=False, mode=None,
+            fill_value=None):
+        """x[idx], with JAX's out-of-bounds modes.
+
+        Args:
+            indices_are_sorted: accepted for JAX compatibility (a hint).
+            unique_indices: accepted for JAX compatibility (a hint).
+            mode: None (funcgrad's default: an out-of-range index raises IndexError naming
+                the user's line), "promise_in_bounds" (JAX's default: clamped, as XLA does),
+                "clip" (negative indices wrapped once, then clamped into range) or "fill" /
+                "drop" (an out-of-range index reads `fill_value`).
+            fill_value: what "fill" reads (default: NaN for inexact types, the most negative
+                signed / largest unsigned integer, True for bool).
+
+        Returns:
+            The selection; every mode differentiates (a filled element's gradient is 0).
+
+        Example:
+            >>> import funcgrad.numpy as fnp
+            >>> fnp.arange(3.0).at[[0, 5]].get(mode="fill", fill_value=9.0).tolist()
+            [0.0, 9.0]
+        """
+        if mode is None:
+            return _getitem(self.x, self.idx)
+        return _getitem_mode(asarray(self.x), self.idx, mode, fill_value)
 
     def _flat_ids(self):
         x = self.x

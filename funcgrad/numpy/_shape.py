@@ -15,7 +15,7 @@ from funcgrad.numpy._base import (
     result_type,
     value_error,
 )
-from funcgrad.numpy._ufuncs import logical_or, where
+from funcgrad.numpy._ufuncs import where
 
 
 def transpose(a, axes=None):
@@ -206,28 +206,121 @@ def _int_index(indices, op):
     return idx
 
 
-def take(a, indices, axis=None):
-    """numpy.take; out-of-range indices raise IndexError (never clamped or wrapped)."""
+_MODES = {None: "raise", "raise": "raise", "clip": "clip", "wrap": "wrap", "fill": "fill",
+          "drop": "fill", "promise_in_bounds": "promise_in_bounds"}
+
+
+def index_mode(mode, op, allowed=tuple(_MODES)):
+    """The canonical name of an out-of-bounds mode (a string or a lax.GatherScatterMode)."""
+    name = getattr(mode, "value", mode)   # GatherScatterMode.FILL_OR_DROP.value == "fill"
+    if name not in allowed or name not in _MODES:
+        shown = ", ".join(repr(m) for m in allowed if m is not None)
+        raise ValueError(f"{op}: invalid mode {mode!r}; use None (out-of-range indices raise "
+                         f"IndexError) or one of {shown}")
+    return _MODES[name]
+
+
+def default_fill(dtype):
+    """JAX's fill value for out-of-bounds reads: NaN for inexact types, the most negative
+    value for signed integers, the largest for unsigned ones, True for booleans."""
+    dtype = np.dtype(dtype)
+    if dtype.kind in "fc":
+        return np.nan
+    if dtype.kind in "iu":
+        return int(np.iinfo(dtype).min if dtype.kind == "i" else np.iinfo(dtype).max)
+    return True
+
+
+def moded_index(idx, n, mode, normalize=False):
+    """(indices, pad): `idx` into an axis of size n under `mode` ("raise" leaves them to
+    take's check). pad: "fill" maps every out-of-range index to n, a slot the caller appends
+    holding the fill value. normalize: "clip" first wraps negative indices once (indexing's
+    rule, `.at[].get`); take's "clip" clamps them to 0 as numpy's and JAX's take do."""
+    from funcgrad.numpy._ufuncs import clip, logical_and, remainder
+    if mode == "raise" or not n and mode != "fill":
+        return idx, False
+    if mode == "wrap":
+        return remainder(idx, n), False
+    if mode == "fill":
+        ok = logical_and(idx >= -n, idx < n)
+        return where(ok, where(idx < 0, idx + n, idx), n), True
+    if normalize or mode == "promise_in_bounds":
+        idx = where(idx < 0, idx + n, idx)
+    return clip(idx, 0, n - 1), False
+
+
+def pad_fill(a, axis, fill_value):
+    """a with one slot holding fill_value appended along axis (for "fill" mode)."""
+    from funcgrad.numpy._base import full
+    value = default_fill(a.dtype) if fill_value is None else fill_value
+    shape = tuple(a.shape[:axis]) + (1,) + tuple(a.shape[axis + 1:])
+    return concatenate([a, full(shape, value, a.dtype)], axis=axis)
+
+
+def take(a, indices, axis=None, out=None, mode=None, unique_indices=False,
+         indices_are_sorted=False, fill_value=None):
+    """numpy.take, with JAX's out-of-bounds modes.
+
+    Args:
+        a: the array.
+        indices: integer indices (negative ones count from the end).
+        axis: the axis to take along; None takes from the flattened array.
+        out: unsupported (arrays are immutable); must be None.
+        mode: None or "raise" (funcgrad's default: an out-of-range index raises IndexError
+            naming it and the user's line; JAX's default is "fill"), "clip" (clamped into
+            [0, n - 1]; negative indices become 0), "wrap" (taken modulo n), "fill" (JAX's
+            FILL_OR_DROP, also "drop": out-of-range indices read `fill_value`) or
+            "promise_in_bounds" (negative indices wrapped once, then clamped, as XLA does).
+        unique_indices: accepted for JAX compatibility (a hint).
+        indices_are_sorted: accepted for JAX compatibility (a hint).
+        fill_value: the value "fill" reads (default: NaN for inexact types, the most negative
+            signed / largest unsigned integer, True for bool).
+
+    Returns:
+        a.shape[:axis] + indices.shape + a.shape[axis + 1:]; every mode differentiates (the
+        gradient of a filled element is 0).
+
+    Example:
+        >>> import funcgrad.numpy as fnp
+        >>> fnp.take(fnp.arange(5.0), [1, 9, -1], mode="fill", fill_value=-1.0).tolist()
+        [1.0, -1.0, 4.0]
+    """
+    if out is not None:
+        raise NotImplementedError("funcgrad.numpy.take: out= is not supported (arrays are "
+                                  "immutable)")
+    mode = index_mode(mode, "take")
     a = asarray(a)
     idx = _int_index(indices, "take")
     if axis is None:
         a, axis = ravel(a), 0
     ax = _norm_axis(axis, a.ndim, "take")
+    idx, pad = moded_index(idx, a.shape[ax], mode)
+    if pad:
+        a = pad_fill(a, ax, fill_value)
     return bind(P.take_p, a, idx, axis=ax)
 
 
-def take_along_axis(arr, indices, axis):
-    """numpy.take_along_axis, lowered to one gather over the flattened array."""
+def take_along_axis(arr, indices, axis, mode=None, fill_value=None):
+    """numpy.take_along_axis, lowered to one gather over the flattened array.
+
+    An out-of-range index raises IndexError naming it and the axis' size (mode None, as
+    numpy); `mode` and `fill_value` are take's (JAX's modes).
+    """
+    mode = index_mode(mode, "take_along_axis")
     a = asarray(arr)
     idx = _int_index(indices, "take_along_axis")
     if axis is None:
-        return take(ravel(a), ravel(idx))
+        return take(ravel(a), ravel(idx), mode=None if mode == "raise" else mode,
+                    fill_value=fill_value)
     ax = _norm_axis(axis, a.ndim, "take_along_axis")
     if idx.ndim != a.ndim:
         raise type_error("take_along_axis", "indices and arr must have the same number of "
                          "dimensions", (a.aval, idx.aval))
     shape = list(broadcast_shapes(*[[s for i, s in enumerate(x.shape) if i != ax]
                                     for x in (a, idx)], op="take_along_axis"))
+    idx, pad = moded_index(idx, a.shape[ax], mode)
+    if pad:
+        a = pad_fill(a, ax, fill_value)
     a_shape = shape[:ax] + [a.shape[ax]] + shape[ax:]
     i_shape = shape[:ax] + [idx.shape[ax]] + shape[ax:]
     a = broadcast_to(a, a_shape)
@@ -241,19 +334,15 @@ def take_along_axis(arr, indices, axis):
         if d != ax:
             pos = bind(P.iota_p, dtype=dt, shape=tuple(i_shape), dimension=d)
             lin = lin + pos * int(strides[d])
-    lin = guard_index(idx, n, lin, a.size)
     return bind(P.take_p, ravel(a), lin, axis=0)
 
 
 def checked_index(idx, n):
-    """Negative indices wrapped once (numpy semantics)."""
-    return where(idx < 0, idx + n, idx)
-
-
-def guard_index(idx, n, lin, total):
-    """Keep an out-of-range index out of range after linearising (so take reports it)."""
-    bad = logical_or(idx < -n, idx >= n)
-    return where(bad, -total - 1, lin)
+    """idx in [0, n): negative indices wrapped once (numpy semantics), by a gather from
+    arange(n), whose check raises IndexError naming an out-of-range index as the user gave it
+    and n (a linearised sentinel had reported "index -6" for 9 on 5 elements)."""
+    return bind(P.take_p, bind(P.iota_p, dtype=idx.dtype, shape=(n,), dimension=0), idx,
+                axis=0)
 
 
 def pad(array, pad_width, mode="constant", constant_values=0):

@@ -1,12 +1,18 @@
 """Matrix products on the CPU: np.matmul into planned buffers, small ones on one BLAS thread,
-large ones on OpenBLAS's threads or on one, whichever has been faster lately.
+large ones on OpenBLAS's threads (or, with funcgrad.config's "cpu_blas_adaptive", on its
+threads or on one, whichever has been faster lately).
 
 OpenBLAS splits every product above ~2^18 multiply-adds over all its threads. On a machine
 whose cores are shared, a small product then waits for a descheduled thread: a 128^3 product
 took 38 us with one core free and 5 ms when another process held it (development VM, 2 cores).
 Products under `serial_flops()` run on one thread (barely slower when the machine is idle);
-larger ones choose between the pool and one thread by their measured times (`Adaptive`).
-Where numpy's BLAS is not a loaded OpenBLAS, nothing changes.
+larger ones run on the pool. The way is fixed by the product's shape, so reruns of a program
+give the same bits: OpenBLAS's pool and one thread round differently (26,110 of the 32,768
+elements of a 128x784x256 float32 product differ, by up to 6e-5), and choosing between them
+by measured times had made same-seed training runs end with different parameters (issue 31).
+`config.update("cpu_blas_adaptive", True)` opts into that choice (`Adaptive`): faster where
+the cores are shared and busy, not bit-reproducible. Where numpy's BLAS is not a loaded
+OpenBLAS, nothing changes.
 """
 from __future__ import annotations
 
@@ -16,6 +22,8 @@ import os
 import threading
 
 import numpy as np
+
+from funcgrad.config import config
 
 _SYMBOLS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
             "openblas_set_num_threads64_", "openblas_set_num_threads")
@@ -148,9 +156,11 @@ class Adaptive:
 
 def matmul_into(m: int, n: int, k: int, held: bool = False):
     """f(a, b, out): np.matmul(a, b, out=out) of an (m, k) by (k, n) product: on one BLAS
-    thread when it is small; when it is large, on OpenBLAS's threads or on one, whichever ran
-    faster lately (Adaptive): on an idle machine the threads win (0.75 against 0.95 ms for
-    256x784x512 on the development VM), on a busy one they can stall for tens of ms.
+    thread when it is small; when it is large, on OpenBLAS's threads, or, while
+    config.cpu_blas_adaptive is set, on its threads or on one, whichever ran faster lately
+    (Adaptive): on an idle machine the threads win (0.75 against 0.95 ms for 256x784x512 on
+    the development VM), on a busy one they can stall for tens of ms. The switch is read at
+    each call, so it applies to plans built before it changed.
     held: the caller holds one_thread() around every call (a loop of small products), so a
     small product calls np.matmul directly (2.6 instead of 3.6 us for 32x64x64)."""
     one = one_thread()
@@ -167,4 +177,12 @@ def matmul_into(m: int, n: int, k: int, held: bool = False):
 
     def run_pool(a, b, out):
         np.matmul(a, b, out=out)
-    return Adaptive((run_pool, run_serial))
+    adaptive = Adaptive((run_pool, run_serial))
+    values = config.__dict__["_values"]
+
+    def run(a, b, out):
+        if values["cpu_blas_adaptive"]:
+            adaptive(a, b, out)
+        else:
+            np.matmul(a, b, out=out)
+    return run
