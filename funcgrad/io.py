@@ -6,7 +6,7 @@ tree structure as JSON (containers, None, Python scalars and strings, and which 
 array leaf is), a SHA-256 digest of every tensor's bytes and one of the header (the metadata
 and every tensor's name, dtype and shape), so that a truncated, corrupted or edited file is
 detected and raises ``ValueError`` instead of returning partial or wrong data. Files of the
-previous format (1: tensor digests only, funcgrad before issue 31) still load.
+previous format (1: tensor digests only, before 2026-12-02) still load.
 
 Example:
     >>> import os, tempfile, funcgrad.numpy as fnp

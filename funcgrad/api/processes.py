@@ -101,7 +101,6 @@ def print_environment_info(return_string: bool = False):
     """funcgrad's, Python's and the main dependencies' versions, and the devices."""
     import numpy as np
 
-    import sys
     __version__ = sys.modules["funcgrad"].__version__   # the package, already imported
     from funcgrad.api import devices as api
     lines = [f"funcgrad: {__version__}", f"numpy:    {np.__version__}",

@@ -61,7 +61,7 @@ def relu(x):
     """max(x, 0), with gradient 0 at x == 0 (like jax.nn.relu); NaN stays NaN.
 
     The select is `where(x <= 0, 0, x)`, not `where(x > 0, x, 0)`, which turned NaN into 0
-    and so let a model whose activations went NaN report a finite loss (issue 31). A NaN
+    and so let a model whose activations went NaN report a finite loss. A NaN
     element's gradient is the incoming cotangent (jax.nn.relu's is 0 there).
 
     Example:

@@ -9,7 +9,7 @@ Products under `serial_flops()` run on one thread (barely slower when the machin
 larger ones run on the pool. The way is fixed by the product's shape, so reruns of a program
 give the same bits: OpenBLAS's pool and one thread round differently (26,110 of the 32,768
 elements of a 128x784x256 float32 product differ, by up to 6e-5), and choosing between them
-by measured times had made same-seed training runs end with different parameters (issue 31).
+by measured times had made same-seed training runs end with different parameters.
 `config.update("cpu_blas_adaptive", True)` opts into that choice (`Adaptive`): faster where
 the cores are shared and busy, not bit-reproducible. Where numpy's BLAS is not a loaded
 OpenBLAS, nothing changes.
