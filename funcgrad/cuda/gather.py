@@ -5,16 +5,22 @@ bad position in a small error array (integer atomics only), which is read back a
 and raised as IndexError, as the CPU backend does; kernels never touch memory through a bad
 index.
 
-scatter_add uses no float atomics. Its indices are bucketed per target row into CSR form
-(counts with integer atomics, a one-block scan, then a stable fill that keeps positions in
-increasing order inside each bucket), and each output element then sums its own updates in
-index order: x + u[p1] + u[p2] + ..., the order numpy's add.at uses. scatter (set) takes the
-update at the last matching position, as numpy's fancy assignment does. The stable fill runs
-one block per chunk of positions (each position's rank among equal indices of its chunk, and
-per-chunk bucket counts), a per-bucket scan over the chunks, and a scatter of positions: W2's
-embedding gradient (4,096 indices) took 0.19 ms in one block that walked the chunks in turn.
-When the chunk-by-bucket table would be large (many chunks times many rows) the one-block fill
-remains.
+scatter_add uses no float atomics: each target element sums its own updates in position order,
+x + u[p1] + u[p2] + ..., the order numpy's add.at uses; scatter (set) takes the update at the
+last matching position, as numpy's fancy assignment does. Two paths group the positions by
+index (`path` chooses by sizes):
+- dense, for a target axis no longer than the index list (N <= NI) with a small chunk x bucket
+  table: the indices are bucketed per target row into CSR form (counts with integer atomics, a
+  multi-block scan, then a stable fill: each position's rank among equal indices of its chunk
+  of T, per-chunk bucket counts, a per-bucket scan over the chunks, a scatter of positions), and
+  one kernel over the whole output sums each element's bucket;
+- sparse, for few updates into a large target (S1's cross-entropy gradient: 8,192 updates into
+  412M logits, where the dense counts alone were 3.3 GB and their one-block scan 1.3 s; D1's
+  KV-cache update: 768 into 786K): out = a copy of x at bandwidth, the (index, position) pairs
+  sorted by index, stably (one rank-by-comparison kernel for up to RANK_SORT_MAX pairs, else an
+  LSD radix sort of T-way digits, each pass: per-chunk digit ranks and counts, a multi-block
+  scan of the digit-major count table, a scatter), then one thread per (run of equal indices,
+  outer, inner element) combines its run in position order and writes that element.
 """
 from __future__ import annotations
 
@@ -24,16 +30,21 @@ import numpy as np
 
 from funcgrad.cuda import runtime
 from funcgrad.cuda.arrays import DeviceBuffer, const, from_host, pool, to_host
-from funcgrad.cuda.elementwise import compute_t, contiguous, fill, nbt
+from funcgrad.cuda.elementwise import compute_t, contiguous, fill, nbt, run
 
 BIG = 2 ** 62
+MAX_TABLE = 1 << 22      # chunk x bucket entries (int64) the dense path's stable fill may use
+RANK_SORT_MAX = 2048     # the sparse path sorts up to this many pairs by comparison (NI^2 work)
 
 
-def _check_source(with_counts: bool):
-    cnt = ("        else:\n            cuda.atomic.add(counts, v, 1)\n" if with_counts else "")
+def _check_source(mode: str):
+    """mode "check": flags only; "count": also counts[v] += 1 per valid index; "keys": also
+    keys[p] = the wrapped index (N where out of range) and pos[p] = p."""
+    ok = {"check": "", "count": "        else:\n            cuda.atomic.add(counts, v, 1)\n",
+          "keys": "            v = N\n        keys[p] = v\n        pos[p] = p\n"}[mode]
     return f"""
 @cuda.jit({runtime.jit_opts()})
-def kernel(idx, io, NI, N, err, counts):
+def kernel(idx, io, NI, N, err, counts, keys, pos):
     p = cuda.grid(1)
     step = cuda.gridsize(1)
     while p < NI:
@@ -43,20 +54,23 @@ def kernel(idx, io, NI, N, err, counts):
         if v < 0 or v >= N:
             cuda.atomic.add(err, 0, 1)
             cuda.atomic.min(err, 1, p)
-{cnt}        p += step
+{ok}        p += step
 """
 
 
-def _check(name, idx: DeviceBuffer, N: int, counts: DeviceBuffer | None):
-    """Launch the index check (and bucket count); returns the error array to read later."""
+def _check(name, idx: DeviceBuffer, N: int, counts=None, keys=None, pos=None):
+    """Launch the index check (and bucket count, or key list); returns the error array to read
+    later."""
     err = error_flags()
     NI = idx.size
+    mode = "count" if counts is not None else "keys" if keys is not None else "check"
     if NI:
-        k = runtime.kernel(("idxcheck", idx.dtype.name, counts is not None),
-                           lambda: _check_source(counts is not None))
+        k = runtime.kernel(("idxcheck", idx.dtype.name, mode), lambda: _check_source(mode))
         blocks, threads = runtime.grid_1d(NI)
-        cnt = counts.arr() if counts is not None else err.arr()
-        k[blocks, threads, runtime.stream()](idx.arr(), idx.offset, NI, N, err.arr(), cnt)
+        e = err.arr()
+        k[blocks, threads, runtime.stream()](
+            idx.arr(), idx.offset, NI, N, e, counts.arr() if counts is not None else e,
+            keys.arr() if keys is not None else e, pos.arr() if pos is not None else e)
     return err
 
 
@@ -110,7 +124,7 @@ def take(x: DeviceBuffer, idx: DeviceBuffer, axis: int, out_aval) -> DeviceBuffe
     x, idx = contiguous(x), contiguous(idx)
     N = x.shape[axis]
     post = int(np.prod(x.shape[axis + 1:], dtype=np.int64))
-    err = _check("take", idx, N, None)
+    err = _check("take", idx, N)
     out = pool().empty(out_aval.shape, out_aval.dtype)
     n = out.size
     if n:
@@ -123,68 +137,98 @@ def take(x: DeviceBuffer, idx: DeviceBuffer, axis: int, out_aval) -> DeviceBuffe
     return out
 
 
-def _csr_source(T, fill: bool):
-    """One block: offs = the exclusive scan of counts (counts <- offs); with `fill`, also the
-    stable fill of perm, chunk by chunk (the fallback for large chunk x bucket tables)."""
-    src = f"""
+# ---------------------------------------------------------------------------------------------
+# exclusive prefix sums of int64 arrays, by tiles of T * K: tile sums, their scan, tile scans
+# ---------------------------------------------------------------------------------------------
+
+def _scan_sum_source(T, K):
+    """Block b: bs[b] = the sum of a's tile b."""
+    return f"""
 @cuda.jit({runtime.jit_opts()})
-def kernel(idx, io, NI, N, counts, offs, perm):
-    sh = cuda.shared.array({T + 1}, int64)
-    keys = cuda.shared.array({T}, int64)
+def kernel(a, n, bs):
+    sh = cuda.shared.array({T}, int64)
     t = cuda.threadIdx.x
-    S = (N + {T - 1}) // {T}
-    lo = t * S
-    hi = min(N, lo + S)
+    b = cuda.blockIdx.x
     s = 0
-    for j in range(lo, hi):
-        s += counts[j]
+    for j in range(b * {T * K} + t, min(n, (b + 1) * {T * K}), {T}):
+        s += a[j]
     sh[t] = s
     cuda.syncthreads()
+    w = {T // 2}
+    while w > 0:
+        if t < w:
+            sh[t] += sh[t + w]
+        cuda.syncthreads()
+        w //= 2
     if t == 0:
-        run = 0
-        for u in range({T}):
-            c = sh[u]
-            sh[u] = run
-            run += c
-        sh[{T}] = run
-    cuda.syncthreads()
-    base = sh[t]
+        bs[b] = sh[0]
+"""
+
+
+def _scan_tile_source(T, K):
+    """Block b: a's tile b <- its exclusive prefix sums (+ bs[b] when `offset`); thread t takes
+    K consecutive elements, the T partial sums are scanned in shared memory (Hillis-Steele)."""
+    return f"""
+@cuda.jit({runtime.jit_opts()})
+def kernel(a, n, bs, offset):
+    sh = cuda.shared.array({T}, int64)
+    t = cuda.threadIdx.x
+    b = cuda.blockIdx.x
+    lo = b * {T * K} + t * {K}
+    hi = min(n, lo + {K})
+    s = 0
     for j in range(lo, hi):
-        c = counts[j]
-        offs[j] = base
-        counts[j] = base
-        base += c
-    if t == 0:
-        offs[N] = sh[{T}]
-"""
-    if not fill:
-        return src
-    return src + f"""    cuda.syncthreads()
-    c0 = 0
-    while c0 < NI:
-        p = c0 + t
-{_key_rank(T, 8)}        if key >= 0:
-            perm[counts[key] + rank] = p
+        s += a[j]
+    sh[t] = s
+    cuda.syncthreads()
+    d = 1
+    while d < {T}:
+        v = 0
+        if t >= d:
+            v = sh[t - d]
         cuda.syncthreads()
-        if key >= 0 and last:
-            counts[key] += rank + 1
+        sh[t] += v
         cuda.syncthreads()
-        c0 += {T}
+        d *= 2
+    run = sh[t] - s
+    if offset:
+        run += bs[b]
+    for j in range(lo, hi):
+        c = a[j]
+        a[j] = run
+        run += c
 """
 
 
-def _key_rank(T, indent):
-    """Kernel lines (at `indent` spaces): key = position p's index (wrapped; -1 when out of
-    range or past NI), rank = how many earlier positions of this block's T share it, last =
-    whether p is the last of them; `keys` is a shared int64[T]."""
+def scan(a: DeviceBuffer, n: int) -> None:
+    """a[:n] (int64, offset 0) <- its exclusive prefix sums, in place, on any number of blocks."""
+    T = runtime.reduce_threads()
+    K = 2 if runtime.SIM else 4
+    nb = -(-n // (T * K))
+    if nb == 0:
+        return
+    tile = runtime.kernel(("scan_tile", T, K), lambda: _scan_tile_source(T, K))
+    if nb == 1:
+        tile[1, T, runtime.stream()](a.arr(), n, a.arr(), 0)
+        return
+    bs = pool().empty((nb,), np.int64)
+    k = runtime.kernel(("scan_sum", T, K), lambda: _scan_sum_source(T, K))
+    k[nb, T, runtime.stream()](a.arr(), n, bs.arr())
+    scan(bs, nb)
+    tile[nb, T, runtime.stream()](a.arr(), n, bs.arr(), 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# the dense path's CSR: offs (bucket starts) and perm (positions, increasing inside a bucket)
+# ---------------------------------------------------------------------------------------------
+
+def _key_rank(T, indent, read):
+    """Kernel lines (at `indent` spaces): key = position p's key (`read` gives it from v, the
+    raw value, or -1 when p >= NI), rank = how many earlier positions of this block's T share
+    it, last = whether p is the last of them; `keys` is a shared int64[T]."""
     lines = f"""key = -1
 if p < NI:
-    v = int64(idx[io + p])
-    if v < 0:
-        v += N
-    if v >= 0 and v < N:
-        key = v
-keys[t] = key
+{textwrap.indent(read, "    ")}keys[t] = key
 cuda.syncthreads()
 rank = 0
 last = True
@@ -198,6 +242,14 @@ for u in range({T}):
     return textwrap.indent(lines, " " * indent)
 
 
+_WRAPPED = """v = int64(idx[io + p])
+if v < 0:
+    v += N
+if v >= 0 and v < N:
+    key = v
+"""
+
+
 def _rank_source(T):
     """Block c: rank[p] = how many earlier positions of chunk c have p's index, and
     ccount[c, key] = how many positions of chunk c have index key (written by the last one)."""
@@ -208,7 +260,7 @@ def kernel(idx, io, NI, N, ranks, ccount):
     t = cuda.threadIdx.x
     c = cuda.blockIdx.x
     p = c * {T} + t
-{_key_rank(T, 4)}    if key >= 0:
+{_key_rank(T, 4, _WRAPPED)}    if key >= 0:
         ranks[p] = rank
         if last:
             ccount[c * N + key] = rank + 1
@@ -243,20 +295,13 @@ def kernel(idx, io, NI, N, T, rank, ccount, perm):
         p += step
 """
 
-MAX_TABLE = 1 << 22   # chunk x bucket entries (int64) the parallel fill may use
 
-
-def _stable_fill(idx, NI, N, counts, offs, perm):
-    """offs and perm (CSR of idx's buckets, positions increasing inside each) from counts."""
+def _stable_fill(idx, NI, N, offs, perm):
+    """offs (counts on entry; N + 1 entries) and perm: the CSR of idx's buckets, positions
+    increasing inside each."""
     T = runtime.reduce_threads()
     NC = -(-NI // T)
-    parallel = NC > 1 and NC * N <= MAX_TABLE
-    k = runtime.kernel(("csr", idx.dtype.name, T, not parallel),
-                       lambda: _csr_source(T, not parallel))
-    k[1, T, runtime.stream()](idx.arr(), idx.offset, NI, N, counts.arr(), offs.arr(),
-                              perm.arr())
-    if not parallel:
-        return
+    scan(offs, N + 1)
     rank = pool().empty((NI,), np.int64)
     ccount = fill(pool().empty((NC * N,), np.int64), 0)
     k = runtime.kernel(("csr_rank", idx.dtype.name, T), lambda: _rank_source(T))
@@ -269,6 +314,143 @@ def _stable_fill(idx, NI, N, counts, offs, perm):
     blocks, threads = runtime.grid_1d(NI)
     k[blocks, threads, runtime.stream()](idx.arr(), idx.offset, NI, N, T, rank.arr(),
                                          ccount.arr(), perm.arr())
+
+
+# ---------------------------------------------------------------------------------------------
+# the sparse path's sort of (key, position) pairs by key, stable (keys in [0, N], N = bad)
+# ---------------------------------------------------------------------------------------------
+
+def _rank_sort_source(T):
+    """Pair p goes to slot #{q: key[q] < key[p], or key[q] == key[p] and q < p}."""
+    return f"""
+@cuda.jit({runtime.jit_opts()})
+def kernel(keys, NI, skey, spos):
+    sh = cuda.shared.array({T}, int64)
+    t = cuda.threadIdx.x
+    p = cuda.blockIdx.x * {T} + t
+    key = int64(0)
+    if p < NI:
+        key = keys[p]
+    rank = 0
+    for c0 in range(0, NI, {T}):
+        if c0 + t < NI:
+            sh[t] = keys[c0 + t]
+        cuda.syncthreads()
+        for u in range(min({T}, NI - c0)):
+            kq = sh[u]
+            if kq < key or (kq == key and c0 + u < p):
+                rank += 1
+        cuda.syncthreads()
+    if p < NI:
+        skey[rank] = key
+        spos[rank] = p
+"""
+
+
+def _radix_rank_source(T):
+    """One LSD pass, block c: d = digit of slot s's key; rank[s] = how many earlier slots of
+    chunk c have digit d; table[d * NC + c] = how many slots of chunk c have digit d."""
+    digit = "key = (kin[p] >> shift) & " + str(T - 1) + "\n"
+    return f"""
+@cuda.jit({runtime.jit_opts()})
+def kernel(kin, NI, shift, NC, ranks, table):
+    keys = cuda.shared.array({T}, int64)
+    hist = cuda.shared.array({T}, int64)
+    t = cuda.threadIdx.x
+    c = cuda.blockIdx.x
+    p = c * {T} + t
+    hist[t] = 0
+{_key_rank(T, 4, digit)}    if key >= 0:
+        ranks[p] = rank
+        if last:
+            hist[key] = rank + 1
+    cuda.syncthreads()
+    table[t * NC + c] = hist[t]
+"""
+
+
+_RADIX_PLACE = """
+@cuda.jit(OPTS)
+def kernel(kin, pin, NI, shift, NC, T, rank, table, kout, pout):
+    s = cuda.grid(1)
+    step = cuda.gridsize(1)
+    while s < NI:
+        k = kin[s]
+        d = (k >> shift) & (T - 1)
+        q = table[d * NC + s // T] + rank[s]
+        kout[q] = k
+        pout[q] = pin[s]
+        s += step
+"""
+
+
+def _sort(keys: DeviceBuffer, pos: DeviceBuffer, NI: int, N: int):
+    """(skey, spos): keys sorted, with positions in increasing order among equal keys."""
+    T = runtime.reduce_threads()
+    NC = -(-NI // T)
+    skey, spos = pool().empty((NI,), np.int64), pool().empty((NI,), np.int64)
+    if NI <= RANK_SORT_MAX:
+        k = runtime.kernel(("rank_sort", T), lambda: _rank_sort_source(T))
+        k[NC, T, runtime.stream()](keys.arr(), NI, skey.arr(), spos.arr())
+        return skey, spos
+    bits = T.bit_length() - 1            # T is a power of two: one digit has T values
+    passes = -(-int(N).bit_length() // bits)
+    rank = pool().empty((NI,), np.int64)
+    table = pool().empty((T * NC,), np.int64)
+    rk = runtime.kernel(("radix_rank", T), lambda: _radix_rank_source(T))
+    opts = runtime.jit_opts()
+    pk = runtime.kernel(("radix_place",), lambda: _RADIX_PLACE.replace("OPTS", opts))
+    blocks, threads = runtime.grid_1d(NI)
+    src, dst = (keys, pos), (skey, spos)
+    for i in range(passes):
+        rk[NC, T, runtime.stream()](src[0].arr(), NI, i * bits, NC, rank.arr(), table.arr())
+        scan(table, T * NC)
+        pk[blocks, threads, runtime.stream()](src[0].arr(), src[1].arr(), NI, i * bits, NC, T,
+                                              rank.arr(), table.arr(), dst[0].arr(),
+                                              dst[1].arr())
+        src, dst = dst, src
+    return src
+
+
+def _combine_source(dtype, add: bool):
+    """Thread (s, pre, post) with s the first slot of a run of equal valid keys: out[pre, key,
+    post] (= x there) combined with the run's updates in position order."""
+    ct, out = compute_t(dtype), nbt(dtype)
+    if add:
+        body = f"""            acc = {ct}(o[oi])
+            q = s
+            while q < NI and skey[q] == key:
+                acc = acc + {ct}(upd[uo + (pre * NI + spos[q]) * POST + post])
+                q += 1
+            o[oi] = {out}(acc)"""
+    else:
+        body = """            q = s
+            while q + 1 < NI and skey[q + 1] == key:
+                q += 1
+            o[oi] = upd[uo + (pre * NI + spos[q]) * POST + post]"""
+    return f"""
+@cuda.jit({runtime.jit_opts()})
+def kernel(n, o, upd, uo, skey, spos, NI, N, POST):
+    i = cuda.grid(1)
+    step = cuda.gridsize(1)
+    while i < n:
+        post = i % POST
+        t = i // POST
+        s = t % NI
+        pre = t // NI
+        key = skey[s]
+        if key < N and (s == 0 or skey[s - 1] != key):
+            oi = (pre * N + key) * POST + post
+{body}
+        i += step
+"""
+
+
+def path(NI: int, N: int) -> str:
+    """"dense" (CSR over the N target rows) or "sparse" (sort the NI indices) for a scatter of
+    NI indices into an axis of N: dense costs O(N + NI) and a chunk x bucket table."""
+    T = runtime.reduce_threads()
+    return "dense" if N <= NI and -(-NI // T) * N <= MAX_TABLE else "sparse"
 
 
 def _scatter_source(dtype, add: bool):
@@ -303,25 +485,36 @@ def kernel(n, x, xo, upd, uo, perm, offs, o, NI, N, POST):
 
 def scatter(x: DeviceBuffer, idx: DeviceBuffer, upd: DeviceBuffer, axis: int, add: bool):
     name = "scatter_add" if add else "scatter"
-    x, idx, upd = contiguous(x), contiguous(idx), contiguous(upd)
+    idx, upd = contiguous(idx), contiguous(upd)
     N = x.shape[axis]
     post = int(np.prod(x.shape[axis + 1:], dtype=np.int64))
     NI = idx.size
     if NI == 0:
         return x
-    counts = pool().empty((N,), np.int64)
-    fill(counts, 0)
-    err = _check(name, idx, N, counts)
-    if x.size:
-        offs = pool().empty((N + 1,), np.int64)
+    if x.size == 0:
+        out = x
+        err = _check(name, idx, N)
+    elif path(NI, N) == "sparse":
+        keys, pos = pool().empty((NI,), np.int64), pool().empty((NI,), np.int64)
+        err = _check(name, idx, N, keys=keys, pos=pos)
+        skey, spos = _sort(keys, pos, NI, N)
+        out = run("copy", [x], x.dtype)      # any strides (a broadcast zero: a fill)
+        n = (x.size // N) * NI
+        k = runtime.kernel(("scatter_sparse", x.dtype.name, add),
+                           lambda: _combine_source(x.dtype, add))
+        blocks, threads = runtime.grid_1d(n)
+        k[blocks, threads, runtime.stream()](n, out.arr(), upd.arr(), upd.offset, skey.arr(),
+                                             spos.arr(), NI, N, post)
+    else:
+        x = contiguous(x)
+        offs = fill(pool().empty((N + 1,), np.int64), 0)
+        err = _check(name, idx, N, counts=offs)
         perm = pool().empty((NI,), np.int64)
-        _stable_fill(idx, NI, N, counts, offs, perm)
+        _stable_fill(idx, NI, N, offs, perm)
         out = pool().empty(x.shape, x.dtype)
         k = runtime.kernel(("scatter", x.dtype.name, add), lambda: _scatter_source(x.dtype, add))
         blocks, threads = runtime.grid_1d(out.size)
         k[blocks, threads, runtime.stream()](out.size, x.arr(), x.offset, upd.arr(), upd.offset,
                                              perm.arr(), offs.arr(), out.arr(), NI, N, post)
-    else:
-        out = x
     _raise_if_bad(name, err, idx, N)
     return out

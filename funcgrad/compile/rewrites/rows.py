@@ -1,12 +1,20 @@
-"""Pattern rewrites: hand-written layer norm, softmax and log_softmax become fused primitives.
+"""Pattern rewrites: hand-written layer norm, RMSNorm, softmax, log_softmax and cross-entropy
+become fused primitives.
 
 `rewrite(expr, consts)` finds, over the last axis of an operand x,
   layer norm  ((x - mean(x)) * rsqrt(var + eps), or / sqrt(var + eps), then optionally * g,
               + b with per-column g, b; var = mean((x - mean(x))**2), mean = sum / n),
+  RMSNorm     x * rsqrt(mean(x * x) + eps), or x / sqrt(mean(x**2) + eps), optionally * g,
   softmax     exp(x - max(x)) / sum(exp(x - max(x))) (or without the max shift),
   log_softmax (x - max(x)) - log(sum(exp(x - max(x)))),
-and binds layer_norm / softmax / log_softmax (funcgrad/prims/rows.py) in their place; the rest of the
-hand-written chain is left dead for DCE.
+  cross-entropy with integer labels y, as users write it with funcgrad.numpy:
+              nn.logsumexp(x, -1) - take_along_axis(x, y[..., None], -1)[..., 0], or
+              -take_along_axis(log_softmax(x), y[..., None], -1)[..., 0] (also under a
+              sum or mean: -mean(...) becomes mean(softmax_xent)),
+and binds layer_norm / rms_norm / softmax / log_softmax / softmax_xent (funcgrad/prims/rows.py)
+in their place; the rest of the hand-written chain is left dead for DCE. The cross-entropy's
+labels are the gather's own wrapped labels (y + n where y < 0), so a label outside [-n, n)
+still raises IndexError.
 
 Where it runs, and why there: `funcgrad.transforms.ad.vjp` rewrites the *forward* expression it traced
 before differentiating it, so the backward of a hand-written layer norm or softmax is the fused
@@ -19,9 +27,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from funcgrad.prims import rows as F
 from funcgrad import prims as P
 from funcgrad.core import Expr, Lit, Var, bind, eqn_tag, new_builder, source_info
+from funcgrad.prims import rows as F
 
 _RED = {P.reduce_sum_p: "sum", P.reduce_max_p: "max"}
 
@@ -55,6 +63,13 @@ class _Matcher:
                 range(len(w.aval.shape))) or len(w.aval.shape) not in (nd - 1, nd):
             return None
         return w
+
+    def row_value(self, v, x):
+        """keep(v, x), or v itself when x's rows have one element (no broadcast is needed)."""
+        if x.aval.shape[-1:] == (1,) and not isinstance(v, Lit) and \
+                tuple(v.aval.shape) == tuple(x.aval.shape):
+            return v
+        return self.keep(v, x)
 
     def unkeep(self, w):
         """Strip a keepdims reshape: lead + (1,) -> lead."""
@@ -114,7 +129,8 @@ class _Matcher:
             return None
         return self.var_eps(e.inputs[0], x)
 
-    def var_eps(self, v, x):
+    def var_eps(self, v, x, centered=True):
+        """eps if v = mean(c * c) + eps with c = x - mean(x) (or c = x), else None."""
         e = self.eqn(v, P.add_p)
         if e is None:
             return None
@@ -122,9 +138,40 @@ class _Matcher:
             eps = self.scalar(e.inputs[b])
             r = self.mean_of(e.inputs[a])
             sq = self.square_of(r) if r is not None else None
-            if eps is not None and sq is not None and self.centered(sq) is x:
+            if eps is not None and sq is not None and (
+                    self.centered(sq) if centered else sq) is x:
                 return float(eps)
         return None
+
+    def rms_normalized(self, v):
+        """(x, eps) if v = x * rsqrt(mean(x^2) + eps) or x / sqrt(mean(x^2) + eps)."""
+        e = self.eqn(v, P.mul_p)
+        for a, b in ((0, 1), (1, 0)) if e is not None else ():
+            x = e.inputs[a]
+            w = self.row_value(e.inputs[b], x) if not isinstance(x, Lit) else None
+            r = self.eqn(w, P.rsqrt_p) if w is not None else None
+            eps = self.var_eps(r.inputs[0], x, centered=False) if r is not None else None
+            if eps is not None:
+                return x, eps
+        e = self.eqn(v, P.div_p)
+        if e is not None and not isinstance(e.inputs[0], Lit):
+            x = e.inputs[0]
+            w = self.row_value(e.inputs[1], x)
+            s = self.eqn(w, P.sqrt_p) if w is not None else None
+            eps = self.var_eps(s.inputs[0], x, centered=False) if s is not None else None
+            if eps is not None:
+                return x, eps
+        return None
+
+    def rms_norm(self, v):
+        """(x, scale or None, eps) if v is an RMSNorm of x, optionally times a column g."""
+        e = self.eqn(v, P.mul_p)
+        for a, b in ((0, 1), (1, 0)) if e is not None else ():
+            n = self.rms_normalized(e.inputs[a])
+            if n is not None and self.column(e.inputs[b], n[0]) is not None:
+                return n[0], self.column(e.inputs[b], n[0]), n[1]
+        n = self.rms_normalized(v)
+        return None if n is None else (n[0], None, n[1])
 
     def normalized(self, v):
         """(x, eps) if v = (x - mean) * rsqrt(var + eps) or (x - mean) / sqrt(var + eps)."""
@@ -215,16 +262,141 @@ class _Matcher:
         ex = self.eqn(r, P.exp_p) if r is not None else None
         return x if ex is not None and ex.inputs[0] is s else None
 
+    def logsumexp(self, v):
+        """x if v = nn.logsumexp(x, -1): log(sum(exp(x - m))) + m, m = stop_gradient(max(x))
+        (zeroed where not finite), squeezed to the rows' shape."""
+        r = self.eqn(v, P.reshape_p)
+        o = self.eqn(r.inputs[0], P.add_p) if r is not None else None
+        for a, b in ((0, 1), (1, 0)) if o is not None else ():
+            lg, m = self.eqn(o.inputs[a], P.log_p), o.inputs[b]
+            sel = self.eqn(m, P.select_p)
+            if sel is not None:
+                fin = self.eqn(sel.inputs[0], P.isfinite_p)
+                if fin is None or fin.inputs[0] is not sel.inputs[1] or \
+                        self.scalar(sel.inputs[2]) != 0:
+                    continue
+                m = sel.inputs[1]
+            sg = self.eqn(m, P.stop_gradient_p)
+            r = self.row_reduce(lg.inputs[0], "sum") if lg is not None else None
+            ex = self.eqn(r, P.exp_p)
+            sub = self.eqn(ex.inputs[0], P.sub_p) if ex is not None else None
+            if sg is None or sub is None or isinstance(sub.inputs[0], Lit):
+                continue
+            x = sub.inputs[0]
+            if self.row_value(sub.inputs[1], x) is o.inputs[b] and \
+                    self.row_reduce(sg.inputs[0], "max", x) is not None and \
+                    tuple(v.aval.shape) == tuple(x.aval.shape[:-1]):
+                return x
+        return None
+
+    def picked(self, v):
+        """(x, wrapped labels [..., 1]) if v = take_along_axis(x, y[..., None], -1)[..., 0] as
+        funcgrad.numpy writes it: a take of the flattened x at wrap(y) + sum_d iota_d * stride_d,
+        with the guard that keeps an out-of-range y out of range."""
+        r = self.eqn(v, P.reshape_p)
+        t = self.eqn(r.inputs[0], P.take_p) if r is not None else None
+        fl = self.eqn(t.inputs[0], P.reshape_p) if t is not None else None
+        if fl is None or t.params["axis"] != 0 or isinstance(fl.inputs[0], Lit):
+            return None
+        x, lin = fl.inputs[0], t.inputs[1]
+        shape = tuple(x.aval.shape)
+        if not shape or tuple(lin.aval.shape) != shape[:-1] + (1,) or \
+                tuple(v.aval.shape) != shape[:-1]:
+            return None
+        n, size = shape[-1], int(np.prod(shape, dtype=np.int64))
+        guard = self.eqn(lin, P.select_p)
+        if guard is None or self.scalar(guard.inputs[1]) != -size - 1:
+            return None
+        y = self.out_of_range(guard.inputs[0], n)
+        cur, stride = guard.inputs[2], n
+        for d in reversed(range(len(shape) - 1)):   # ((wrap(y) + iota_0 s_0) + iota_1 s_1) ...
+            a = self.eqn(cur, P.add_p)
+            mul = self.eqn(a.inputs[1], P.mul_p) if a is not None else None
+            io = self.eqn(mul.inputs[0], P.iota_p) if mul is not None else None
+            if io is None or io.params["dimension"] != d or self.scalar(mul.inputs[1]) != stride:
+                return None
+            stride *= shape[d]
+            cur = a.inputs[0]
+        w = self.eqn(cur, P.select_p)
+        lt = self.eqn(w.inputs[0], P.lt_p) if w is not None else None
+        ad = self.eqn(w.inputs[1], P.add_p) if lt is not None else None
+        if y is None or ad is None or not (lt.inputs[0] is ad.inputs[0] is w.inputs[2] is y) \
+                or self.scalar(lt.inputs[1]) != 0 or self.scalar(ad.inputs[1]) != n:
+            return None
+        return x, cur
+
+    def out_of_range(self, v, n):
+        """y if v = (y < -n) | (y >= n), else None."""
+        e = self.eqn(v, P.or_p)
+        lt = self.eqn(e.inputs[0], P.lt_p) if e is not None else None
+        ge = self.eqn(e.inputs[1], P.ge_p) if e is not None else None
+        if lt is None or ge is None or lt.inputs[0] is not ge.inputs[0] or \
+                self.scalar(lt.inputs[1]) != -n or self.scalar(ge.inputs[1]) != n:
+            return None
+        return lt.inputs[0]
+
+    def xent(self, v):
+        """(logits, wrapped labels) if v = logsumexp(x) - x[label] or -log_softmax(x)[label]
+        (row values), else None."""
+        e = self.eqn(v, P.sub_p)
+        if e is not None:
+            x = self.logsumexp(e.inputs[0])
+            pk = self.picked(e.inputs[1]) if x is not None else None
+            return pk if pk is not None and pk[0] is x else None
+        e = self.eqn(v, P.neg_p)
+        return self.xent_from_log_softmax(e.inputs[0]) if e is not None else None
+
+    def xent_total(self, v):
+        """(x, labels, axes, scale) if v = -sum(picked log_softmax) (times or over a scalar
+        literal: a mean), with scale = (mul or div, the scalar operand) or None."""
+        e = self.eqn(v, P.neg_p)
+        u = e.inputs[0] if e is not None else None
+        scale = None
+        for prim in (P.div_p, P.mul_p):
+            d = self.eqn(u, prim)
+            if d is not None and self.scalar(d.inputs[1]) is not None:
+                scale, u = (prim, d.inputs[1]), d.inputs[0]
+                break
+        r = self.eqn(u, P.reduce_sum_p)
+        if r is None:
+            return None
+        xy = self.xent_from_log_softmax(r.inputs[0])
+        return None if xy is None else (*xy, r.params["axes"], scale)
+
+    def xent_from_log_softmax(self, v):
+        """(x, wrapped labels) if v = take_along_axis(log_softmax(x), y[..., None], -1)[..., 0]."""
+        pk = self.picked(v)
+        if pk is None:
+            return None
+        ls = self.eqn(pk[0], F.log_softmax_p)
+        x = ls.inputs[0] if ls is not None else self.log_softmax(pk[0])
+        return None if x is None or isinstance(x, Lit) else (x, pk[1])
+
 
 def _match(m, e):
     """(prim, operands, params) replacing eqn e, or None."""
-    if e.out.aval.dtype.kind != "f" or not e.out.aval.shape or e.out.aval.shape[-1] == 0:
+    if e.out.aval.dtype.kind != "f":
+        return None
+    if e.prim is P.sub_p or e.prim is P.neg_p:
+        xy = m.xent(e.out)       # loss[...] = logsumexp(x[..., :]) - x[..., y]
+        if xy is not None and xy[0].aval.shape[-1]:
+            return "softmax_xent", xy, {}
+    if e.prim is P.neg_p:
+        t = m.xent_total(e.out)  # -sum(log_softmax(x)[y]) (/ c) = sum(softmax_xent) (/ c)
+        if t is not None and t[0].aval.shape[-1]:
+            return "softmax_xent_total", t[:2], {"axes": t[2], "scale": t[3]}
+    if not e.out.aval.shape or e.out.aval.shape[-1] == 0:
         return None
     if e.prim is P.add_p or e.prim is P.mul_p or e.prim is P.div_p:
         ln = m.layer_norm(e.out)
         if ln is not None:
             x, g, b, eps = ln
             return "layer_norm", (x, g, b), {"eps": eps}
+    if e.prim is P.mul_p or e.prim is P.div_p:
+        rn = m.rms_norm(e.out)   # x * rsqrt(mean(x^2) + eps) * g
+        if rn is not None:
+            x, g, eps = rn
+            return "rms_norm", (x, g), {"eps": eps}
     if e.prim is P.div_p:
         x = m.softmax(e.out)
         if x is not None:
@@ -241,8 +413,20 @@ def _bind(kind, ops, params, read, aval):
         return bind(F.softmax_p, read(ops[0]))
     if kind == "log_softmax":
         return bind(F.log_softmax_p, read(ops[0]))
-    x, g, b = ops
+    if kind.startswith("softmax_xent"):
+        x, y = ops
+        loss = bind(F.softmax_xent_p, read(x), P.reshape(read(y), x.aval.shape[:-1]))
+        if kind == "softmax_xent":
+            return loss
+        out = P.reduce_sum(loss, params["axes"])
+        scale = params["scale"]
+        return out if scale is None else bind(scale[0], out, read(scale[1]))
     n, dt = aval.shape[-1], aval.dtype
+    if kind == "rms_norm":
+        x, g = ops
+        scale = read(g) if g is not None else P.broadcast_in_dim(np.asarray(1, dt), (n,), ())
+        return bind(F.rms_norm_p, read(x), scale, eps=params["eps"])
+    x, g, b = ops
     scale = read(g) if g is not None else P.broadcast_in_dim(np.asarray(1, dt), (n,), ())
     bias = read(b) if b is not None else P.broadcast_in_dim(np.asarray(0, dt), (n,), ())
     return bind(F.layer_norm_p, read(x), scale, bias, eps=params["eps"])
