@@ -274,4 +274,7 @@ def test_s2_like_plan_fuses_rms_norm_and_cross_entropy():
     kernels = [line.split()[0] for line in desc.splitlines()[1:]]
     for k in ("rms_norm", "rms_norm_bwd", "softmax_xent", "softmax_xent_bwd"):
         assert kernels.count(k) == 1, desc
-    assert kernels.count("take") == 1, desc   # the embedding's gather only
+    takes = [line for line in desc.splitlines()[1:] if line.split()[0] == "take"]
+    # the embedding's gather, and the labels' own check (take(iota(V), y): int32, one per row);
+    # no gather of the logits
+    assert sorted(t.split()[2].split("[")[0] for t in takes) == ["f32", "i32"], desc

@@ -292,7 +292,8 @@ class _Matcher:
     def picked(self, v):
         """(x, wrapped labels [..., 1]) if v = take_along_axis(x, y[..., None], -1)[..., 0] as
         funcgrad.numpy writes it: a take of the flattened x at wrap(y) + sum_d iota_d * stride_d,
-        with the guard that keeps an out-of-range y out of range."""
+        where wrap(y) = take(iota(n), y) wraps a negative label once and raises for one outside
+        [-n, n) (numpy/_shape.py's checked_index)."""
         r = self.eqn(v, P.reshape_p)
         t = self.eqn(r.inputs[0], P.take_p) if r is not None else None
         fl = self.eqn(t.inputs[0], P.reshape_p) if t is not None else None
@@ -303,12 +304,8 @@ class _Matcher:
         if not shape or tuple(lin.aval.shape) != shape[:-1] + (1,) or \
                 tuple(v.aval.shape) != shape[:-1]:
             return None
-        n, size = shape[-1], int(np.prod(shape, dtype=np.int64))
-        guard = self.eqn(lin, P.select_p)
-        if guard is None or self.scalar(guard.inputs[1]) != -size - 1:
-            return None
-        y = self.out_of_range(guard.inputs[0], n)
-        cur, stride = guard.inputs[2], n
+        n = shape[-1]
+        cur, stride = lin, n
         for d in reversed(range(len(shape) - 1)):   # ((wrap(y) + iota_0 s_0) + iota_1 s_1) ...
             a = self.eqn(cur, P.add_p)
             mul = self.eqn(a.inputs[1], P.mul_p) if a is not None else None
@@ -317,23 +314,12 @@ class _Matcher:
                 return None
             stride *= shape[d]
             cur = a.inputs[0]
-        w = self.eqn(cur, P.select_p)
-        lt = self.eqn(w.inputs[0], P.lt_p) if w is not None else None
-        ad = self.eqn(w.inputs[1], P.add_p) if lt is not None else None
-        if y is None or ad is None or not (lt.inputs[0] is ad.inputs[0] is w.inputs[2] is y) \
-                or self.scalar(lt.inputs[1]) != 0 or self.scalar(ad.inputs[1]) != n:
+        w = self.eqn(cur, P.take_p)                  # wrap(y) = take(iota(n), y)
+        io = self.eqn(w.inputs[0], P.iota_p) if w is not None else None
+        if io is None or w.params["axis"] != 0 or tuple(io.params["shape"]) != (n,) or \
+                io.params["dimension"] != 0:
             return None
         return x, cur
-
-    def out_of_range(self, v, n):
-        """y if v = (y < -n) | (y >= n), else None."""
-        e = self.eqn(v, P.or_p)
-        lt = self.eqn(e.inputs[0], P.lt_p) if e is not None else None
-        ge = self.eqn(e.inputs[1], P.ge_p) if e is not None else None
-        if lt is None or ge is None or lt.inputs[0] is not ge.inputs[0] or \
-                self.scalar(lt.inputs[1]) != -n or self.scalar(ge.inputs[1]) != n:
-            return None
-        return lt.inputs[0]
 
     def xent(self, v):
         """(logits, wrapped labels) if v = logsumexp(x) - x[label] or -log_softmax(x)[label]
