@@ -38,10 +38,12 @@ def _is_namedtuple(x) -> bool:
 # Deeper structures are left to optree: the generated builder nests one bracket per level
 # (Python's parser stops at 200) and both writers recurse once per level.
 MAX_DEPTH = 64
+_TOO_DEEP = object()
 
 
 def _skeleton(treedef):
-    """The structure with a _Slot at each leaf, or None when it nests deeper than MAX_DEPTH."""
+    """The structure with a _Slot at each leaf, or _TOO_DEEP when it nests deeper than
+    MAX_DEPTH (None is a structure: the empty pytree)."""
     skel = tree_unflatten(treedef, [_Slot(i) for i in range(treedef.num_leaves)])
     level = [skel]
     for _ in range(MAX_DEPTH + 1):
@@ -49,7 +51,7 @@ def _skeleton(treedef):
                  for c in (n.values() if type(n) is dict else n)]
         if not level:
             return skel
-    return None
+    return _TOO_DEEP
 
 
 class _Writer:
@@ -124,7 +126,7 @@ def leaf_getter(treedef, leaf_type: type | None) -> Callable | None:
     w.names["L"] = leaf_type
     leaves: dict = {}
     skel = _skeleton(treedef)
-    if skel is None or not _get_lines(w, skel, "x", leaves):
+    if skel is _TOO_DEEP or not _get_lines(w, skel, "x", leaves):
         return None
     out = ", ".join(leaves[i] for i in range(treedef.num_leaves))
     body = "\n        ".join(w.lines)
@@ -181,7 +183,7 @@ def builder(treedef) -> Callable | None:
     """
     w = _Writer()
     skel = _skeleton(treedef)
-    expr = None if skel is None else _build_expr(w, skel)
+    expr = None if skel is _TOO_DEEP else _build_expr(w, skel)
     if expr is None:
         return None
     ns = dict(w.names, TN=tuple.__new__)
