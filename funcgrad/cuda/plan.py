@@ -14,6 +14,7 @@ its own (a copy only in that case).
 """
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
@@ -24,6 +25,25 @@ import numpy as np
 from funcgrad.core import Array, Lit, Var, source_info
 from funcgrad.cuda import arrays, concurrent, epilogue, fusion, memplan, rows_fuse, runtime
 from funcgrad.cuda.lowering import lower
+
+_log = logging.getLogger("funcgrad")
+_said: set = set()
+
+
+def say_uncaptured(why: str) -> None:
+    """Log once per reason that a plan runs its kernels one by one instead of replaying a CUDA
+    graph (often 10-20x slower for a training step), with what fixes it."""
+    key = why.split(":")[0][:120]
+    if key in _said:
+        return
+    _said.add(key)
+    hint = ""
+    if "cuBLAS" in why or "cublas" in why:
+        from funcgrad.cuda.blas import gemm_backend
+        hint = (f" (GEMMs: {gemm_backend()}; nvmath-python's cuBLAS binding is capture-safe: "
+                f"pip install nvmath-python)")
+    _log.warning("funcgrad.cuda: a jitted plan could not be captured as a CUDA graph, so it "
+                 "launches its kernels one by one: %s%s", why, hint)
 
 # FUNCGRAD_PROFILE=1: plans run step by step with a synchronize around each step (no graphs) and
 # add the seconds per step kind to PROFILE; profile_report() prints the largest.
@@ -99,6 +119,7 @@ class Plan:
                     self.static_ok, self.static_error, self.graphs = False, str(e), None
                 except Exception as e:  # noqa: BLE001 - fall back to launching step by step
                     self.graph_error, self.graphs = repr(e), None
+                    say_uncaptured(self.graph_error)
         self.calls += 1
         bufs = [a.buf for a in args]
         if not self.static_ok:
@@ -287,6 +308,7 @@ class Plan:
                 raise
             except Exception as e:  # noqa: BLE001 - fall back to launching step by step
                 self.graph_error, self.graphs = repr(e), None
+                say_uncaptured(self.graph_error)
         s = self.choose_set(bufs)
         if any(type(b.block) is memplan.PlanBlock and b.block.owner is self
                and b.block.set_id == s for b in bufs):   # mixed sets: stage those in s
