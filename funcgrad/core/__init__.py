@@ -541,6 +541,17 @@ class Array(ArrayBase):
         body = np.array2string(np.asarray(self), separator=", ", prefix="Array(")
         return f"Array({body}, dtype={self.dtype.name})"
 
+    def __str__(self):
+        """The values as numpy prints them (no ``Array(...)``), as jax.Array's str."""
+        return str(np.asarray(self))
+
+    def __format__(self, format_spec):
+        """format() / f-strings: a 0-d array formats as its scalar (``f"{loss:.4f}"``), any
+        other array as numpy's ndarray does (an empty spec gives str(); numpy rejects others),
+        as jax.Array."""
+        value = np.asarray(self)
+        return format(value if value.ndim else value[()], format_spec)
+
     def _scalar(self, cast):
         if self.aval.size != 1:
             raise TypeError(f"only size-1 arrays can be converted to Python scalars, "
