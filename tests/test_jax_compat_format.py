@@ -20,7 +20,7 @@ def test_fstring_of_a_loss():
     loss = jnp.mean(jnp.array([0.5, 0.25]))
     assert f"{loss:.4f}" == "0.3750"
     assert f"step {3}: loss {loss:.3f}" == "step 3: loss 0.375"
-    assert "{:.2f}".format(loss) == "0.38"
+    assert "{:.2f}".format(loss) == "0.38"  # noqa: UP032 (str.format on purpose)
 
 
 def test_scalar_int_and_bool_specs():
