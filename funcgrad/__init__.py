@@ -7,7 +7,7 @@ _core.register_backend(
     "cuda", lambda: __import__("funcgrad.cuda", fromlist=["x"]).CudaBackend(),
     available=lambda: __import__("funcgrad.cuda", fromlist=["x"]).is_available())
 
-from funcgrad import debug, dlpack, io, lax, nn, numpy, optim, random, tree_util  # noqa: F401
+from funcgrad import debug, dlpack, io, lax, nn, numpy, optim, random, scipy, tree_util  # noqa: F401
 from funcgrad.prims import attention_bwd, attention_lse
 from funcgrad.compile.rewrites import attention as attention_pattern  # noqa: F401,E402  (rules)
 from funcgrad.prims import rows_bwd as fused_bwd
