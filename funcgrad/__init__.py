@@ -7,7 +7,7 @@ _core.register_backend(
     "cuda", lambda: __import__("funcgrad.cuda", fromlist=["x"]).CudaBackend(),
     available=lambda: __import__("funcgrad.cuda", fromlist=["x"]).is_available())
 
-from funcgrad import debug, dlpack, io, lax, nn, numpy, optim, random, tree_util  # noqa: F401
+from funcgrad import debug, dlpack, io, lax, nn, numpy, optim, random, scipy, tree_util  # noqa: F401,E501
 from funcgrad.prims import attention_bwd, attention_lse, rows_bwd  # noqa: F401,E402
 from funcgrad.compile import pipeline as _pipeline  # noqa: E402
 

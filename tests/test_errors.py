@@ -37,6 +37,8 @@ def run(mode, f, *args):
         return f(*args)
     if mode == "make_jaxpr":
         return funcgrad.make_jaxpr(f)(*args)
+    if mode == "jit_grad":
+        return funcgrad.jit(funcgrad.grad(lambda *a: fnp.sum(f(*a))))(*args)
     return funcgrad.grad(lambda *a: fnp.sum(f(*a)))(*args)
 
 
@@ -314,7 +316,7 @@ def _traced_item(x):
     return x * x[0].item()  # ERR:traced_item
 
 
-@pytest.mark.parametrize("mode", ["make_jaxpr", "grad"])
+@pytest.mark.parametrize("mode", ["make_jaxpr", "jit_grad"])
 @pytest.mark.parametrize("tag", ["traced_if", "traced_float", "traced_int_index",
                                  "traced_asarray", "traced_item"])
 def test_traced_value_in_python_control_flow(tag, mode):
@@ -324,6 +326,29 @@ def test_traced_value_in_python_control_flow(tag, mode):
     assert isinstance(e.value, TypeError)
     assert_names_line(e, tag)
     assert "traced array" in str(e.value) and "where" in str(e.value)
+
+
+@pytest.mark.parametrize("tag", ["traced_float", "traced_asarray"])
+def test_eager_grad_refuses_what_jax_refuses(tag):
+    # eager grad has concrete values (issue 32), but float() and numpy.asarray() of a value
+    # being differentiated raise as in JAX: they would drop the derivative
+    f = globals()["_" + tag]
+    with pytest.raises(ConcretizationError) as e:
+        run("grad", f, fnp.ones(3))
+    assert_names_line(e, tag)
+    assert "traced array" in str(e.value) and "where" in str(e.value)
+
+
+@pytest.mark.parametrize("tag", ["traced_if", "traced_int_index", "traced_item"])
+def test_eager_grad_reads_concrete_values(tag):
+    # outside jit, grad evaluates primals concretely (as JAX's eager autodiff): bool(),
+    # operator.index() and .item() read them
+    f = globals()["_" + tag]
+    x = fnp.asarray([0.5, 2.0, 1.0])
+    g = run("grad", f, x)
+    want = {"traced_if": [2, 2, 2], "traced_int_index": [0, 1, 1],
+            "traced_item": [0.5, 0.5, 0.5]}[tag]   # .item() is a constant: d/dx sum(x * x0) = x0
+    np.testing.assert_allclose(np.asarray(g), want)
 
 
 def test_concrete_if_is_fine_eagerly():

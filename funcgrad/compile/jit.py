@@ -161,8 +161,12 @@ def _explain(name, new: _Signature, old: Sequence[_Signature]) -> str:
             + ("; ".join(why) or "a new signature"))
 
 
-def jit(fun: Callable, static_argnums=(), static_argnames=(), donate_argnums=()) -> Callable:
+def jit(fun: Callable | None = None, static_argnums=(), static_argnames=(),
+        donate_argnums=()) -> Callable:
     """Compile `fun`: trace it once per input signature, optimize, and replay the plan.
+
+    Without `fun` (``@jit(static_argnums=1)``), as in JAX, it returns the decorator that
+    compiles the function it is given with these options.
 
     The signature is the arguments' pytree structure, shapes and dtypes, the values of static
     arguments, and the device. Inside another transformation (grad, vmap, an outer jit) the
@@ -190,7 +194,18 @@ def jit(fun: Callable, static_argnums=(), static_argnames=(), donate_argnums=())
         [0.0, 0.0, 0.0]
         >>> f.stats()["traces"]
         1
+        >>> @funcgrad.jit(static_argnums=1)
+        ... def power(x, n):
+        ...     return x ** n
+        >>> float(power(fnp.float32(2.0), 3))
+        8.0
     """
+    if fun is None:   # used as a decorator factory: @jit(static_argnums=...)
+        return functools.partial(jit, static_argnums=static_argnums,
+                                 static_argnames=static_argnames, donate_argnums=donate_argnums)
+    if not callable(fun):
+        raise TypeError(f"jit expects a callable (or no function, to make a decorator), got "
+                        f"{type(fun).__name__}")
     static, static_names, named = _static_positions(fun, _as_tuple(static_argnums),
                                                     _as_tuple(static_argnames))
     donate = _as_tuple(donate_argnums)

@@ -313,6 +313,17 @@ class Array(ArrayBase):
         body = np.array2string(np.asarray(self), separator=", ", prefix="Array(")
         return f"Array({body}, dtype={self.dtype.name})"
 
+    def __str__(self):
+        """The values as numpy prints them (no ``Array(...)``), as jax.Array's str."""
+        return str(np.asarray(self))
+
+    def __format__(self, format_spec):
+        """format() / f-strings: a 0-d array formats as its scalar (``f"{loss:.4f}"``), any
+        other array as numpy's ndarray does (an empty spec gives str(); numpy rejects others),
+        as jax.Array."""
+        value = np.asarray(self)
+        return format(value if value.ndim else value[()], format_spec)
+
     def _scalar(self, cast):
         if self.aval.size != 1:
             raise TypeError(f"only size-1 arrays can be converted to Python scalars, "
@@ -354,13 +365,26 @@ class ConcretizationError(FuncgradError, TypeError):
 
 
 class Tracer(ArrayBase):
-    """A value being staged into an expression by a Builder."""
+    """A value being staged into an expression by a Builder.
+
+    A tracer of a concrete builder (grad / vjp / jvp outside jit and vmap, as JAX's eager
+    autodiff) also has a concrete value, computed when first asked for: bool(), int(),
+    operator.index() and .item() read it, so that Python control flow on values works there.
+    float() and complex() raise as in JAX (they would silently drop the derivative), and so do
+    numpy.asarray() and .tolist().
+    """
     __slots__ = ("builder", "var")
 
     def __init__(self, builder, var):
         self.builder, self.var = builder, var
 
     aval = property(lambda self: self.var.aval)
+
+    def to_concrete_value(self):
+        """This value as a concrete Array when its trace is concrete (eager autodiff), else
+        None (inside jit, vmap or another abstract trace)."""
+        b = self.builder
+        return b.concrete_value(self.var) if b.concrete else None
 
     def _concrete(self, what):
         raise ConcretizationError(
@@ -369,12 +393,30 @@ class Tracer(ArrayBase):
             "Use funcgrad.numpy.where(...) for value-dependent choices, or mark the argument "
             "static with jit(..., static_argnums=...).")
 
-    def __bool__(self): self._concrete("bool() / an if-statement")
-    def __float__(self): self._concrete("float()")
-    def __int__(self): self._concrete("int()")
-    def __index__(self): self._concrete("using an array as a Python index")
+    def _value(self, what):
+        v = self.to_concrete_value()
+        if v is None:
+            self._concrete(what)
+        return v
+
+    def _no_scalar(self, what):
+        if self.to_concrete_value() is None:
+            self._concrete(what)
+        raise ConcretizationError(
+            f"{what} of a traced array {self.aval.str_short()} being differentiated is refused "
+            f"(as in JAX): its value is known here, but a Python number would drop its "
+            f"derivative.\n  at {user_frame_src()}\nKeep it an array (funcgrad.numpy.where(...) "
+            "for value-dependent choices), or use .item() where a Python value is really "
+            "wanted.")
+
+    def __bool__(self): return bool(self._value("bool() / an if-statement"))
+    def __int__(self): return int(self._value("int()"))
+    def __index__(self): return self._value("using an array as a Python index").__index__()
+
+    def __float__(self): self._no_scalar("float()")
+    def __complex__(self): self._no_scalar("complex()")
     def __array__(self, dtype=None, copy=None): self._concrete("numpy.asarray()")
-    def item(self): self._concrete(".item()")
+    def item(self): return self._value(".item()").item()
     def tolist(self): self._concrete(".tolist()")
 
     def __repr__(self):
@@ -452,16 +494,65 @@ def _cuda_usable() -> bool:
 # ---------------------------------------------------------------------------------------------
 
 class Builder:
-    """Collects the equations of one trace (one level of the trace stack)."""
+    """Collects the equations of one trace (one level of the trace stack).
 
-    def __init__(self, level: int):
+    A concrete builder (eager autodiff) also knows the values of its inputs; the value of any
+    of its variables is computed on demand (concrete_value) from the equations staged so far,
+    so that tracing costs nothing more until Python asks for a value.
+    """
+
+    def __init__(self, level: int, concrete: bool = False):
         self.level = level
         self.eqns: list[Eqn] = []
         self.consts: dict[int, tuple[Var, Any]] = {}
         self.keep: list = []    # the numpy arrays whose copies are constants
+        self.concrete = concrete
+        if concrete:
+            self._defs: dict[Var, Eqn] = {}       # each staged variable's equation
+            self._known: dict[Var, Any] = {}      # computed values (None: not concrete)
+            self._sources: dict[Var, Any] = {}    # inputs' and constants' values
+            self._consts_seen = 0
 
-    def new_arg(self, aval: ShapedArray) -> Tracer:
-        return Tracer(self, Var(aval))
+    def new_arg(self, aval: ShapedArray, value=None) -> Tracer:
+        t = Tracer(self, Var(aval))
+        if self.concrete:
+            self._sources[t.var] = value
+        return t
+
+    def concrete_value(self, var):
+        """The concrete Array (or numpy value) of `var`, evaluating the equations it depends
+        on outside every trace; None when it depends on a value that is not concrete."""
+        known = self._known
+        hit = known.get(var, known)
+        if hit is not known:
+            return hit
+        if self._consts_seen != len(self.consts):   # constants lifted since the last call
+            for v, x in self.consts.values():
+                self._sources.setdefault(v, x)
+            self._consts_seen = len(self.consts)
+        todo = [var]
+        while todo:
+            v = todo[-1]
+            if v in known:
+                todo.pop()
+                continue
+            e = self._defs.get(v)
+            if e is None:
+                todo.pop()
+                known[v] = _source_value(self._sources.get(v))
+                continue
+            missing = [x for x in e.inputs if isinstance(x, Var) and x not in known]
+            if missing:
+                todo.extend(missing)
+                continue
+            todo.pop()
+            vals = [x.val if isinstance(x, Lit) else known[x] for x in e.inputs]
+            known[v] = None if any(x is None for x in vals) else _eval_detached(e, vals)
+        return known[var]
+
+    def concrete_values(self) -> dict:
+        """The values computed so far by concrete_value, by variable (None entries dropped)."""
+        return {v: x for v, x in self._known.items() if x is not None} if self.concrete else {}
 
     def lift(self, x) -> Any:
         """The Var or Lit standing for `x` in this builder's expression."""
@@ -485,7 +576,10 @@ class Builder:
 
     def add_eqn(self, prim, inputs, params, aval, src) -> Tracer:
         out = Var(aval)
-        self.eqns.append(Eqn(prim, inputs, params, out, src, current_tag()))
+        e = Eqn(prim, inputs, params, out, src, current_tag())
+        self.eqns.append(e)
+        if self.concrete:
+            self._defs[out] = e
         return Tracer(self, out)
 
     def build(self, in_tracers, out_vals) -> tuple[Expr, list]:
@@ -512,11 +606,38 @@ def _stack():
     return s
 
 
+def _source_value(x):
+    """The concrete value of a builder's input or constant: itself, or a tracer's concrete
+    value (None if it has none)."""
+    if isinstance(x, Tracer):
+        return x.to_concrete_value()
+    return x if x is None or isinstance(x, Array) else to_array(x)
+
+
+def _eval_detached(e: Eqn, vals):
+    """Run equation `e` on concrete values outside every trace (a concrete builder computing
+    a value that Python asked for)."""
+    prev = _stack()
+    _state.stack = []
+    try:
+        with source_info(e.src), eqn_tag(e.tag):
+            return eval_prim(e.prim, vals, e.params)
+    finally:
+        _state.stack = prev
+
+
+def has_concrete_value(x) -> bool:
+    """Whether x has a value Python may read: a non-tracer, or a tracer of a concrete
+    trace (eager autodiff; its value may still turn out to depend on an abstract one)."""
+    return not isinstance(x, Tracer) or x.builder.concrete
+
+
 @contextlib.contextmanager
-def new_builder():
-    """Push a new innermost trace; every op bound inside is staged into it."""
+def new_builder(concrete: bool = False):
+    """Push a new innermost trace; every op bound inside is staged into it. A concrete one
+    (eager autodiff) can compute its values on demand (Builder.concrete_value)."""
     stack = _stack()
-    b = Builder(len(stack) + 1)
+    b = Builder(len(stack) + 1, concrete)
     stack.append(b)
     try:
         yield b
@@ -585,13 +706,21 @@ def eval_prim(prim: Primitive, args, params):
     return out
 
 
-def trace_to_expr(f: Callable, avals: list[ShapedArray]) -> tuple[Expr, list, Any]:
-    """Trace f(*tracers) -> list of outputs into an Expr (plus its constants' values)."""
-    with new_builder() as b:
-        ins = [b.new_arg(a) for a in avals]
+def trace_to_expr(f: Callable, avals: list[ShapedArray], values=None
+                  ) -> tuple[Expr, list, Any]:
+    """Trace f(*tracers) -> list of outputs into an Expr (plus its constants' values).
+
+    `values` (the inputs' values, for eager autodiff) makes the trace concrete when they all
+    have values (see Builder: not tracers of jit, vmap or another abstract trace; JAX's
+    eager autodiff); the third result is then the builder, else None.
+    """
+    concrete = values is not None and all(has_concrete_value(v) for v in values)
+    with new_builder(concrete) as b:
+        ins = ([b.new_arg(a, v) for a, v in zip(avals, values)] if concrete
+               else [b.new_arg(a) for a in avals])
         outs = f(*ins)
         expr, consts = b.build(ins, list(outs))
-    return expr, consts, None
+    return expr, consts, (b if concrete else None)
 
 
 def eval_expr(expr: Expr, args: list, consts: list = ()) -> list:

@@ -1,5 +1,7 @@
 """Special functions as compositions of primitives: erfc, erf_inv, lgamma, digamma.
 
+erfc is Cephes' (1 - erf below 1, rational approximations times exp(-x^2) above).
+
 lgamma and digamma shift the argument up by six with the recurrence (Gamma(x+1) = x Gamma(x)),
 then sum Stirling's asymptotic series, accurate to ~1e-13 for x > 0; negative arguments use the
 reflection formulas. erf_inv starts from Giles' single-precision approximation and, in float64,
@@ -97,16 +99,26 @@ def digamma(x):
     return fnp.where(pole, np.nan, fnp.where(neg, refl, pos))
 
 
-def erfc(x):
-    """1 - erf(x) (lax.erfc)."""
-    x = _float(x)
-    return 1.0 - _erf(x)
+# Cephes' erfc for |x| >= 1: exp(-x^2) P(x) / Q(x) below 8, exp(-x^2) R(x) / S(x) above (Q and S
+# have an implicit leading 1); highest power first
+_ERFC_P = (2.46196981473530512524e-10, 5.64189564831068821977e-1, 7.46321056442269912687e0,
+           4.86371970985681366614e1, 1.96520832956077098242e2, 5.26445194995477358631e2,
+           9.34528527171957607540e2, 1.02755188689515710272e3, 5.57535335369399327526e2)
+_ERFC_Q = (1.0, 1.32281951154744992508e1, 8.67072140885989742329e1, 3.54937778887819891062e2,
+           9.75708501743205489753e2, 1.82390916687909736289e3, 2.24633760818710981792e3,
+           1.65666309194161350182e3, 5.57535340817727675546e2)
+_ERFC_R = (5.64189583547755073984e-1, 1.27536670759978104416e0, 5.01905042251180477414e0,
+           6.16021097993053585195e0, 7.40974269950448939160e0, 2.97886665372100240670e0)
+_ERFC_S = (1.0, 2.26052863220117276590e0, 9.39603524938001434673e0, 1.20489539808096656605e1,
+           1.70814450747565897222e1, 9.60896809063285878198e0, 3.36907645100081516050e0)
 
 
-_ERFINV_CENTRAL = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06,
-                   0.00021858087, -0.00125372503, -0.00417768164, 0.246640727, 1.50140941)
-_ERFINV_TAIL = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844,
-                0.00573950773, -0.0076224613, 0.00943887047, 1.00167406, 2.83297682)
+def _exp_neg_sq(ax):
+    """exp(-ax^2) with the rounding error of squaring kept out of the exponent (Cephes'
+    expx2): ax = m + f with m a multiple of 1/128, whose square is exact."""
+    m = fnp.floor(ax * 128.0 + 0.5) / 128.0
+    f = ax - m
+    return fnp.exp(-m * m) * fnp.exp(-(2.0 * m * f + f * f))
 
 
 def _horner(coeffs, w):
@@ -114,6 +126,42 @@ def _horner(coeffs, w):
     for c in coeffs[1:]:
         p = c + p * w
     return p
+
+
+@custom_jvp
+def _erfc(x):
+    ax = fnp.abs(x)
+    big = fnp.where(ax < 1.0, 1.0, ax)        # keeps the unused branch finite
+    small = big < 8.0
+    ratio = fnp.where(small, _horner(_ERFC_P, big) / _horner(_ERFC_Q, big),
+                      _horner(_ERFC_R, big) / _horner(_ERFC_S, big))
+    tail = _exp_neg_sq(big) * ratio
+    tail = fnp.where(x < 0, 2.0 - tail, tail)
+    return fnp.where(ax < 1.0, 1.0 - _erf(x), tail)
+
+
+@_erfc.defjvp
+def _erfc_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    return _erfc(x), t * (-2.0 / math.sqrt(math.pi)) * fnp.exp(-x * x)
+
+
+def erfc(x):
+    """1 - erf(x) (lax.erfc), accurate in the upper tail (Cephes' rational approximations
+    times exp(-x^2) for |x| >= 1) until it underflows.
+
+    Example:
+        >>> import funcgrad
+        >>> float(funcgrad.lax.erfc(10.0)) > 0   # 2.09e-45: 1 - erf(10) would be 0
+        True
+    """
+    return _erfc(_float(x))
+
+
+_ERFINV_CENTRAL = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06,
+                   0.00021858087, -0.00125372503, -0.00417768164, 0.246640727, 1.50140941)
+_ERFINV_TAIL = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844,
+                0.00573950773, -0.0076224613, 0.00943887047, 1.00167406, 2.83297682)
 
 
 @custom_jvp

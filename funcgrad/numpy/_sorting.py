@@ -34,6 +34,15 @@ def _is_traced(*xs):
     return builtins.any(isinstance(x, Tracer) for x in xs)
 
 
+def _concrete(x):
+    """x's value as a numpy array when Python may read it (not traced, or traced by eager
+    autodiff, whose values are concrete), else None."""
+    if not isinstance(x, Tracer):
+        return np.asarray(x)
+    v = x.to_concrete_value()
+    return None if v is None else np.asarray(v)
+
+
 def _needs_size(name):
     raise ConcretizationError(
         f"{name}: the output shape depends on the values of a traced array; pass a static "
@@ -177,9 +186,11 @@ def nonzero(a, *, size=None, fill_value=None):
     if x.ndim == 0:
         raise ValueError("nonzero is not defined for 0-d arrays; use atleast_1d first")
     if size is None:
-        if _is_traced(x):
+        v = _concrete(x)
+        if v is None:
             _needs_size("nonzero")
-        return tuple(asarray(i.astype(np.int32)) for i in np.nonzero(np.asarray(x)))
+        # indices carry no derivative: eager autodiff's concrete values give them as constants
+        return tuple(asarray(i.astype(np.int32)) for i in np.nonzero(v))
     flag = ravel(x != 0) if x.dtype != np.bool_ else ravel(x)
     if flag.shape[0] == 0:
         flat = full((size,), 0, np.int32)
@@ -232,6 +243,10 @@ def unique(ar, return_index=False, return_inverse=False, return_counts=False, ax
     """
     x = asarray(ar)
     extras = return_index or return_inverse or return_counts
+    if size is None and axis is None and _is_traced(x):
+        v = _concrete(x)   # eager autodiff: the size from the value; the values stay traced
+        if v is not None:
+            size = np.unique(v, equal_nan=equal_nan).shape[0]
     if size is None or (not _is_traced(x) and axis is not None):
         if _is_traced(x):
             _needs_size("unique")
@@ -392,9 +407,9 @@ def bincount(x, weights=None, minlength=0, *, length=None):
     [0, length) are dropped, as in JAX)."""
     x = asarray(x)
     if length is None:
-        if _is_traced(x):
+        xv = _concrete(x)
+        if xv is None:
             _needs_size("bincount")
-        xv = np.asarray(x)
         length = builtins.max(builtins.int(xv.max()) + 1 if xv.size else 0, minlength)
     length = builtins.max(builtins.int(length), builtins.int(minlength))
     j = reshape(arange(length, dtype=x.dtype), (length, 1))

@@ -1,3 +1,3 @@
-"""funcgrad.scipy: jax.scipy-style functions (so far the triangular and Cholesky solves of
-funcgrad.scipy.linalg)."""
-from funcgrad.scipy import linalg  # noqa: F401
+"""funcgrad.scipy: jax.scipy's linalg (triangular and Cholesky solves), special, stats and
+signal."""
+from funcgrad.scipy import linalg, signal, special, stats  # noqa: F401

@@ -16,6 +16,7 @@ from funcgrad.core import (
     Tracer,
     aval_of,
     bind,
+    current_builder,
     eqn_tag,
     is_complex,
     is_float,
@@ -217,10 +218,11 @@ def vjp(fun: Callable, *primals, has_aux: bool = False):
     in_leaves, in_tree = tree_flatten(tuple(primals))
     in_leaves = [_as_value(x) for x in in_leaves]
     flat = _FlatOutputs(fun, in_tree, has_aux)
-    expr, consts, _ = trace_to_expr(flat, _avals(in_leaves))
+    # outside jit/vmap the trace is concrete (JAX's eager autodiff): Python may read values
+    expr, consts, builder = trace_to_expr(flat, _avals(in_leaves), values=in_leaves)
     for rewrite in FORWARD_REWRITES:
         expr, consts = rewrite(expr, consts)
-    env, active, read = _forward(expr, consts, in_leaves)
+    env, active, read = _forward(expr, consts, in_leaves, kept=_computed(builder))
     outs, aux = flat.split([read(o) for o in expr.outs])
     out_tree = flat.out_tree
     n_out = len(outs)
@@ -243,6 +245,21 @@ def vjp(fun: Callable, *primals, has_aux: bool = False):
 
     out = tree_unflatten(out_tree, outs)
     return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
+
+
+def _computed(builder):
+    """The values a concrete trace already computed (for Python control flow), for _forward
+    to keep instead of evaluating their equations again; None when there are none or when
+    _forward runs inside another trace (its values must then be that trace's tracers). Custom
+    calls (vjp groups, custom_jvp) are left out: _forward runs their rules (residuals, checks).
+    """
+    if builder is None or current_builder() is not None:
+        return None
+    known = builder.concrete_values()
+    if not known:
+        return None
+    return {e.out: known[e.out] for e in builder.eqns
+            if e.out in known and "rec" not in e.params} or None
 
 
 def _inexact(dtype) -> bool:
@@ -332,12 +349,17 @@ def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
          holomorphic: bool = False, allow_int: bool = False) -> Callable:
     """Gradient of a scalar-valued function, as a new function.
 
+    Outside jit the primal values are concrete (as in JAX): Python control flow on them
+    (``if x > 0``, ``int(n)``, ``.item()``) works; under jit or vmap they are abstract.
+
     Example:
         >>> import funcgrad, funcgrad.numpy as fnp
         >>> float(funcgrad.grad(fnp.tanh)(0.0))
         1.0
         >>> float(funcgrad.grad(funcgrad.grad(lambda x: x ** 3))(2.0))
         12.0
+        >>> float(funcgrad.grad(lambda x: x ** 2 if x > 0 else -x)(-3.0))
+        -1.0
     """
     vg = value_and_grad(fun, argnums, has_aux, holomorphic, allow_int)
 
@@ -410,7 +432,7 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
                             f"{t.aval.str_short()}\n  at {user_frame_src()}")
         t_vals.append(t if _inexact(p.dtype) else None)
     flat = _FlatOutputs(fun, p_tree, has_aux)
-    expr, consts, _ = trace_to_expr(flat, _avals(p_leaves))
+    expr, consts, _ = trace_to_expr(flat, _avals(p_leaves), values=p_leaves)  # concrete if eager
     outs, touts = jvp_expr_eval(expr, consts, p_leaves, t_vals)
     touts = [t if t is not None else _zeros_like_leaf(o) for t, o in zip(touts, outs)]
     outs, aux = flat.split(outs)
