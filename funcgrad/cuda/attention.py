@@ -42,15 +42,78 @@ def _args(x: DeviceBuffer):
     return [x.arr(), x.offset, *x.strides]
 
 
-def _tc_config(mode, q, h, hv, precision):
+def _tc_config(mode, q, h, hv, precision, limit=None):
     """(padded head dim, (warps, streamed rows)) of the TF32 tensor-core kernel for this
-    launch, or None: the SIMT kernels (exact float32, other dtypes, modes, or no fit)."""
+    launch, or None: the SIMT kernels (exact float32, other dtypes, modes, or no fit).
+    limit: the shared memory a block may take (default: the device's opt-in limit)."""
     if precision != "tensorfloat32" or q.dtype != np.float32 or mode not in ATC.MODES:
         return None
     m = max(h, hv, 1)
     d = -(-m // 8) * 8 if runtime.SIM else _pad_dim(h, hv)
-    cfg = ATC.pick_config(mode, d, runtime.SIM)
+    cfg = ATC.pick_config(mode, d, runtime.SIM, smem_limit() if limit is None else limit)
     return None if cfg is None else (d, cfg)
+
+
+_smem_limit = None
+
+
+def smem_limit():
+    """The most dynamic shared memory one block may opt in to on this device (bytes); 48 KB
+    once an opt-in has failed (_opt_in), so configurations that need none are picked."""
+    global _smem_limit
+    if _smem_limit is None:
+        lim = ATC.SMEM_BYTES
+        if not runtime.SIM:
+            try:
+                lim = int(runtime.load().get_current_device()
+                          .MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+            except Exception:   # noqa: BLE001 (an attribute numba does not know: the default)
+                lim = ATC.DEFAULT_SMEM
+        _smem_limit = min(lim, ATC.SMEM_BYTES)
+    return _smem_limit
+
+
+_opted: dict = {}   # (id(dispatcher), device id) -> (dispatcher, overloads opted in, bytes)
+
+
+def _opt_in(kern, args, nbytes, force=False):
+    """Let kern's overload for `args` launch with nbytes of dynamic shared memory over 48 KB.
+
+    numba-cuda 0.30.4 has no API for it (NVIDIA/numba-cuda#94): the overload's library kernel
+    (`_codelibrary.get_cufunc()`, loaded for the current device) gets the driver's
+    CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES through cuKernelSetAttribute, the call
+    numba-cuda's own `set_shared_memory_carveout` makes for its carveout attribute. Done once
+    per overload and device, before the first launch (a jit plan's first call runs its
+    launches uncaptured, so graph captures find the attribute set). False when the driver
+    refused (the caller then picks a configuration under 48 KB). The shared-memory carveout
+    is set to its maximum too, so that two such blocks fit an SM."""
+    cuda = runtime.load()
+    dev = cuda.get_current_device().id
+    key = (id(kern), dev)
+    done = _opted.get(key)
+    if (not force and done is not None and done[1] == len(kern.overloads)
+            and done[2] >= nbytes):
+        return True
+    try:
+        from numba.cuda.cudadrv.driver import binding, driver
+        ov = kern.compile(tuple(kern.typeof_pyval(a) for a in args))
+        attrs = binding.CUfunction_attribute
+        for k in [ov, *(x for x in kern.overloads.values() if x is not ov)]:
+            f = k._codelibrary.get_cufunc()
+            driver.cuKernelSetAttribute(attrs.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                        int(nbytes), f.handle, dev)
+            driver.cuKernelSetAttribute(
+                attrs.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100, f.handle, dev)
+    except Exception as e:   # noqa: BLE001 (any driver or numba failure: the 48 KB configs)
+        global _smem_limit
+        import warnings
+        warnings.warn(f"funcgrad: opting in to {nbytes} bytes of shared memory failed ({e!r});"
+                      " TF32 attention falls back to configurations under 48 KB",
+                      RuntimeWarning, stacklevel=3)
+        _smem_limit = ATC.DEFAULT_SMEM
+        return False
+    _opted[key] = (kern, len(kern.overloads), max(nbytes, done[2] if done else 0))
+    return True
 
 
 def _simt_config(mode, q, h, hv):
@@ -60,6 +123,59 @@ def _simt_config(mode, q, h, hv):
     return d, AS.pick_config(mode, d, ct_size, runtime.SIM)
 
 
+def _vec_ok(ops):
+    """Every operand's rows start 16-byte aligned, columns contiguous, widths multiples of 4:
+    the tensor-core kernels then load tiles as float4s (attention_tc `vec`)."""
+    for x in ops:
+        if x.shape[3] % 4 or x.offset % 4 or (x.shape[3] > 1 and x.strides[3] != 1):
+            return False
+        if any(st % 4 for n, st in zip(x.shape[:3], x.strides[:3]) if n > 1):
+            return False
+        if not runtime.SIM and (x.block.ptr() + 4 * x.offset) % 16:
+            return False   # (the simulator's stand-ins need only the offsets)
+    return True
+
+
+def _tc_launch(mode, tc, ops, args, tail_of, b, rows, heads):
+    """Launch the tensor-core kernel of `mode` at tc = (d, (w, bc)); tail_of(br) gives the
+    arguments after the common ones (dkv's split). Opts in to the shared memory the
+    configuration needs; where the driver refuses, relaunches under a 48 KB configuration."""
+    d, (w, bc) = tc
+    vec = _vec_ok(ops)
+    kern = runtime.kernel(("attention_tc", mode, d, w, bc, vec, ATC.FAST_LOADS),
+                          lambda: ATC.source(mode, d, (w, bc), runtime.SIM, runtime.jit_opts(),
+                                             vec))
+    nbytes = ATC.smem_bytes(mode, d, (w, bc))
+    br = 16 * w
+    full = [*args, *tail_of(br)]
+    if (nbytes > ATC.DEFAULT_SMEM and not runtime.SIM and not runtime.dry_run
+            and not _opt_in(kern, full, nbytes)):
+        cfg = ATC.pick_config(mode, d, False, ATC.DEFAULT_SMEM)
+        if cfg is None:
+            raise RuntimeError(f"attention_tc {mode}: no configuration fits 48 KB at D = {d}")
+        return _tc_launch(mode, (d, cfg), ops, args, tail_of, b, rows, heads)
+    grid = (b * heads, -(-rows // br), 1)
+    if mode == "dkv":   # its tail ends (GS, PS): GS blocks a key head
+        grid = (grid[0] * full[-2], grid[1], 1)
+    try:
+        kern[grid, 32 * w, runtime.stream(), nbytes](*full)
+    except Exception:   # an overload compiled at the launch itself, not yet opted in: once more
+        if nbytes <= ATC.DEFAULT_SMEM or runtime.SIM or runtime.dry_run or not _opt_in(
+                kern, full, nbytes, force=True):
+            raise
+        kern[grid, 32 * w, runtime.stream(), nbytes](*full)
+
+
+def _dkv_split(b, s, kh, g, br):
+    """GS of the tensor-core dkv at row tile br (attention_tc.dkv_splits; DKV_SPLIT forces)."""
+    if DKV_SPLIT is not None:
+        return DKV_SPLIT if g % DKV_SPLIT == 0 else 1
+    return ATC.dkv_splits(b * kh * -(-s // br), g, runtime.SIM)
+
+
+DKV_SPLIT = None   # tests and benchmarks: force the dkv split (a divisor of G)
+
+
 def _launch(mode, ops, extra, out, q, k, v_dim, scale, causal, st_dtype, precision=None,
             dkv_to=None):
     """Launch `mode`'s kernel; dkv_to: the SIMT dkv / bwd kernels' (dv offset, row stride, head
@@ -67,28 +183,44 @@ def _launch(mode, ops, extra, out, q, k, v_dim, scale, causal, st_dtype, precisi
     b, t, n, h = q.shape
     s, kh = k.shape[1], k.shape[2]
     tc = _tc_config(mode, q, h, v_dim, precision)
-    extra_out = ()
-    if tc is not None:
-        d, (w, bc) = tc
-        key = ("attention_tc", mode, d, w, bc)
-        kern = runtime.kernel(key, lambda: ATC.source(mode, d, (w, bc), runtime.SIM,
-                                                     runtime.jit_opts()))
-        br, threads = 16 * w, 32 * w
-    else:
-        d, cfg = _simt_config(mode, q, h, v_dim)
-        key = ("attention2", mode, q.dtype.name, np.dtype(st_dtype).name, d, cfg)
-        kern = runtime.kernel(key, lambda: AS.source(mode, q.dtype, st_dtype, d, cfg,
-                                                    runtime.SIM, runtime.jit_opts()))
-        br, threads = cfg[0], cfg[2] * cfg[3]
-        if mode in ("dkv", "bwd"):
-            extra_out = dkv_to or (out.offset + h, kh * (h + v_dim), h + v_dim)
     rows, heads = (s, kh) if mode in ("dkv", "bwd") else (t, n)
-    grid = (b * heads, -(-rows // br), 1)
     args = [a for x in ops for a in _args(x)]
     extra = [a for e in extra for a in (e.arr(), e.offset)]
+    common = (t, s, n, n // kh, h, v_dim, int(bool(causal)), float(scale))
+    if tc is not None:
+        if mode != "dkv":
+            _tc_launch(mode, tc, ops, [*args, *extra, out.arr(), out.offset, *common],
+                       lambda br: (), b, rows, heads)
+            return out
+        # dkv: a key head's query heads over GS blocks, partials [GS, B, S, K, H + Hv] summed
+        # in order by a second kernel (deterministic); the split follows the row tile
+        m = b * s * kh * (h + v_dim)
+        picked = {}
+
+        def tail(br):
+            gs = picked["gs"] = _dkv_split(b, s, kh, n // kh, br)
+            dst = picked["dst"] = out if gs == 1 else pool().empty((gs * m,), out.dtype)
+            return (dst.arr(), dst.offset, *common, gs, m)
+        _tc_launch(mode, tc, ops, [*args, *extra], tail, b, rows, heads)
+        if picked["gs"] > 1:
+            part = picked["dst"]
+            kern = runtime.kernel(("attention_tc", "dkvsum"),
+                                  lambda: ATC.sum_source(runtime.jit_opts()))
+            blocks, threads = runtime.grid_1d(m)
+            kern[blocks, threads, runtime.stream()](part.arr(), part.offset, out.arr(),
+                                                    out.offset, m, picked["gs"])
+        return out
+    d, cfg = _simt_config(mode, q, h, v_dim)
+    key = ("attention2", mode, q.dtype.name, np.dtype(st_dtype).name, d, cfg)
+    kern = runtime.kernel(key, lambda: AS.source(mode, q.dtype, st_dtype, d, cfg,
+                                                runtime.SIM, runtime.jit_opts()))
+    br, threads = cfg[0], cfg[2] * cfg[3]
+    extra_out = ()
+    if mode in ("dkv", "bwd"):
+        extra_out = dkv_to or (out.offset + h, kh * (h + v_dim), h + v_dim)
+    grid = (b * heads, -(-rows // br), 1)
     kern[grid, threads, runtime.stream()](*args, *extra, out.arr(), out.offset, *extra_out,
-                                          t, s, n, n // kh, h, v_dim, int(bool(causal)),
-                                          float(scale))
+                                          *common)
     return out
 
 

@@ -11,12 +11,36 @@ first product's accumulators: the contraction's 8-wide slice is permuted (slot t
 read from shared memory in the same permuted order. Softmax statistics stay in float32; a row's
 max and sum combine its four lanes by shuffles. Operands are rounded to tf32 (cvt.rna) when
 stored to shared memory; probabilities when they enter the second product. The layout of
-arguments, grid and outputs is attention_src.py's, so attention.py launches either.
+arguments, grid and outputs is attention_src.py's, so attention.py launches either (dkv adds
+its head split, GS and PS, at the end).
+
+Shared memory is dynamic, sized at launch (`smem_bytes`); a configuration over 48 KB needs the
+kernel's opt-in (attention._opt_in), which lets head dim 128 run 4-warp blocks: before it, the
+48 KB cap gave D = 128 two warps and 8-16 streamed rows (S2 on an H200, 2026-12-02: fwdl 12.7,
+dq 17.8, dkv 34.6 ms a step). `budget` picks per head dim: up to 64 what needs no opt-in
+(measured at W2's shapes), above it what keeps two blocks an SM; BY_DIM orders D = 128's
+candidates as S2 measured them.
+
+Tiles load with a thread on one column (4 columns, float4 loads and stores, where attention.py
+found every operand 16-byte aligned: `vec`) walking rows NT / D apart from a hoisted base, a
+batch of rows' loads issued before their stores (LOAD_FLOATS a thread in flight); the element
+loop of before (a division, a 64-bit index and one load in flight per element) is kept for
+shapes the threads do not tile.
+
+dkv spreads a key head's G query heads over GS blocks (`dkv_splits`, shape-only) that write
+partial dK | dV rows; `sum_source`'s kernel adds them in head order (deterministic, no atomics):
+at S2 (4 query heads a key head, 64-row key tiles) 256 blocks become 1,024.
 """
 from __future__ import annotations
 
-SMEM_BYTES = 48 * 1024
-# (warps per block, streamed rows per tile) in order of preference; the first that fits is used.
+# Shared memory is dynamic (sized at launch); a block over 48 KB opts in to more
+# (attention.py: the kernel's CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES). SMEM_BYTES is
+# the most one block may take on sm_90 (H100 / H200: 227 KB); attention.py passes the device's
+# own opt-in limit where it is lower.
+SMEM_BYTES = 227 * 1024
+DEFAULT_SMEM = 48 * 1024   # what a kernel gets without opting in
+# (warps per block, streamed rows per tile) in order of preference; the first that fits the
+# head dim's budget (`budget`) is used.
 # W2's shapes on an H100 (benchmarks/bench_attention_tc.py, 2026-11-24), GPU us per kernel:
 # fwdl (4, 32) 47, (4, 16) 51, (2, 16) 72; dq (4, 16) 57, (2, 32) 80; dkv (4, 16) 67, (2, 32) 80
 # (the SIMT kernels: 86 / 123 / 138)
@@ -24,11 +48,34 @@ GPU_CONFIGS = {"fwd": [(4, 32), (4, 16), (2, 16), (2, 8), (1, 8)],
                "dq": [(4, 16), (2, 32), (2, 16), (2, 8), (1, 8)],
                "dkv": [(4, 16), (2, 32), (2, 16), (2, 8), (1, 8)]}
 GPU_CONFIGS["fwdl"] = GPU_CONFIGS["fwd"]
+# (mode, padded head dim) -> a preference list measured to beat GPU_CONFIGS' at that head dim.
+# D = 128, S2's shapes (B4, 8 query heads on 2 key heads, T 2048, causal) on an H200
+# (.bench/attn_tc.py, 2026-12-02), us per call by CUDA events (host gaps included: the
+# CUPTI time of (4, 32) / (4, 16) / (4, 16) was 527 / 1033 / 1148 us against their events'
+# 688 / 1192 / 1284): fwdl (8, 32) 482, (8, 16) 535, (4, 16) 573, (4, 64) 694; dq (4, 32) 970,
+# (8, 16) 1062; dkv (4, 32) 1040, (8, 16) 1180. Outputs are bit-identical across them (a row's
+# keys are summed in the same order whatever the tiles).
+_FWD128 = [(8, 32), (4, 32), (4, 16), (2, 16), (2, 8), (1, 8)]
+BY_DIM: dict = {("fwd", 128): _FWD128, ("fwdl", 128): _FWD128,
+                ("dq", 128): [(4, 32), (4, 16), (2, 32), (2, 16), (2, 8), (1, 8)],
+                ("dkv", 128): [(4, 32), (4, 16), (2, 32), (2, 16), (2, 8), (1, 8)]}
 SIM_CONFIG = (1, 8)      # the simulator: one warp (the emulated mma needs the whole warp)
 MODES = ("fwd", "fwdl", "dq", "dkv")
+# dkv spreads a key head's G query heads over GS blocks (partials summed in head order by
+# `sum_source`'s kernel) until the grid has TARGET_BLOCKS blocks: two waves of two resident
+# 4-warp blocks on each of an H200's 132 SMs. Shape-only (never the device's SM count), so a
+# shape's summation order, and its bits, are the same on every GPU.
+TARGET_BLOCKS = 4 * 132
+SIM_TARGET_BLOCKS = 4
+# tile loads: a thread's rows a fixed column (float4 columns where attention.py found every
+# operand aligned), several rows' loads issued before their stores; False: the generic
+# element loop of before (benchmarks compare the two)
+FAST_LOADS = True
+LOAD_FLOATS = 16   # floats a thread's batch of loads brings (registers: at most these live)
 
-# the simulator's stand-ins for mma.py's intrinsics: one warp per block there, so syncthreads
-# is the warp's barrier; every lane writes its fragments to a 192-word scratch, then computes
+# the simulator's stand-ins for mma.py's intrinsics (one warp per block there, so syncthreads
+# is the warp's barrier; every lane writes its fragments to a 192-word scratch, then computes)
+# and for the vector loads and stores (vecmem.ldv4, attention_ld.st4: four scalar accesses)
 SIM_SOURCE = """
 import numpy as np
 
@@ -55,6 +102,19 @@ def mma_tf32(scr, lane, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
 
 
 @cuda.jit(device=True)
+def ldv4(x, i):
+    return x[i], x[i + uint64(1)], x[i + uint64(2)], x[i + uint64(3)]
+
+
+@cuda.jit(device=True)
+def st4(x, i, a, b, c, d):
+    x[i] = a
+    x[i + uint64(1)] = b
+    x[i + uint64(2)] = c
+    x[i + uint64(3)] = d
+
+
+@cuda.jit(device=True)
 def tf32(x):
     b = int(np.array(x, np.float32).view(np.uint32))
     if (b & 0x7F800000) != 0x7F800000:
@@ -70,19 +130,45 @@ def smem_words(mode, D, W, BC):
             "dkv": 2 * rows + 2 * cols + 2 * BC}[mode]
 
 
-def pick_config(mode, D, sim):
-    """(warps, streamed rows) for `mode` at padded head dim D, or None (nothing fits)."""
+def smem_bytes(mode, D, cfg):
+    """Dynamic shared-memory bytes of one block of `mode` at padded head dim D."""
+    return 4 * smem_words(mode, D, *cfg)
+
+
+def budget(D):
+    """Shared-memory bytes a head dim's preferred configuration may take: up to 64, what needs
+    no opt-in (the configurations measured there); above, half an SM's 228 KB less the 1 KB a
+    block reserves, so two blocks stay resident (D = 128: fwd's 8 warps x 32 keys, dq's and
+    dkv's 4 warps x 32 rows, 101 KB each)."""
+    return DEFAULT_SMEM if D <= 64 else 113 * 1024
+
+
+def pick_config(mode, D, sim, limit=SMEM_BYTES):
+    """(warps, streamed rows) for `mode` at padded head dim D, or None (nothing fits `limit`,
+    the device's most shared memory per block)."""
     if sim:
         return SIM_CONFIG
-    for w, bc in GPU_CONFIGS[mode]:
-        if smem_words(mode, D, w, bc) * 4 <= SMEM_BYTES:
-            return w, bc
+    prefs = BY_DIM.get((mode, D), GPU_CONFIGS[mode])
+    for cap in (min(limit, budget(D)), limit):
+        for cfg in prefs:
+            if smem_bytes(mode, D, cfg) <= cap:
+                return tuple(cfg)
     return None
 
 
+def dkv_splits(blocks, G, sim):
+    """GS, the blocks a key head's G query heads are spread over (a divisor of G): the least
+    that gives the dkv grid (`blocks` without the split) TARGET_BLOCKS blocks."""
+    target = SIM_TARGET_BLOCKS if sim else TARGET_BLOCKS
+    for d in range(1, G + 1):
+        if G % d == 0 and blocks * d >= target:
+            return d
+    return max(G, 1)
+
+
 class _Gen:
-    def __init__(self, mode, D, cfg, sim):
-        self.mode, self.D, self.sim = mode, D, sim
+    def __init__(self, mode, D, cfg, sim, vec=False):
+        self.mode, self.D, self.sim, self.vec = mode, D, sim, vec
         self.W, self.BC = cfg
         self.R, self.BR, self.NT = D + 4, 16 * self.W, 32 * self.W
         self.DT, self.NJ = D // 8, self.BC // 8
@@ -99,15 +185,58 @@ class _Gen:
 
     def load(self, ind, r0, limit, NR, ops):
         """sm[base + r R + d] = tf32(op[b, r0 + r, head, d]) (0 outside [0, limit) x [0,
-        width)) for r < NR, d < D, for each (op, head, width, base); coalesced along d."""
-        D, R = self.D, self.R
-        self.emit(ind, f"for i in range(tid, {NR * D}, {self.NT}):", f"    r = i // {D}",
-                  f"    d = i - r * {D}", f"    rr = {r0} + r")
+        width)) for r < NR, d < D, for each (op, head, width, base); coalesced along d.
+
+        Where the block's threads cover whole rows (NT a multiple of D), a thread keeps one
+        column d and walks rows NT / D apart: its global index is a hoisted base plus the row
+        times the row stride, and UN rows' loads of every operand are issued before their
+        stores (UN x operands loads in flight a thread, not one)."""
+        D, R, NT = self.D, self.R, self.NT
+        if NT % D or NR % (NT // D) or not FAST_LOADS:
+            self.emit(ind, f"for i in range(tid, {NR * D}, {self.NT}):", f"    r = i // {D}",
+                      f"    d = i - r * {D}", f"    rr = {r0} + r")
+            for op, head, width, base in ops:
+                self.emit(ind + 1, "x = float32(0)", f"if rr < {limit} and d < {width}:",
+                          f"    x = float32({op.upper()}a[uint64({op}o + b * {op}s0 + rr * "
+                          f"{op}s1 + {head} * {op}s2 + d * {op}s3)])",
+                          f"sm[uint64({base} + r * {R} + d)] = tf32(x)")
+            return
+        cw = D // 4 if self.vec else D   # threads a row (a thread: 4 columns when vec)
+        if self.vec and (NT % cw or NR % (NT // cw)):
+            cw = D
+        rs = NT // cw
+        steps = NR // rs
+        per = len(ops) * D // cw   # floats a row of loads brings a thread
+        un = max(u for u in range(1, steps + 1) if steps % u == 0 and u * per <= LOAD_FLOATS
+                 or u == 1)
+        self.emit(ind, f"ldr = tid // {cw}", f"ldc = (tid - ldr * {cw}) * {D // cw}")
         for op, head, width, base in ops:
-            self.emit(ind + 1, "x = float32(0)", f"if rr < {limit} and d < {width}:",
-                      f"    x = float32({op.upper()}a[uint64({op}o + b * {op}s0 + rr * {op}s1 "
-                      f"+ {head} * {op}s2 + d * {op}s3)])",
-                      f"sm[uint64({base} + r * {R} + d)] = tf32(x)")
+            self.emit(ind, f"ld{op} = {op}o + b * {op}s0 + {head} * {op}s2 + ldc * {op}s3",
+                      f"lw{op} = ldc < {width}")
+        self.emit(ind, f"for u in range({steps // un}):")
+        for k in range(un):
+            self.emit(ind + 1, f"lr{k} = ldr + (u * {un} + {k}) * {rs}",
+                      f"lrr{k} = {r0} + lr{k}")
+            for op, _, _, _ in ops:
+                if cw == D:
+                    self.emit(ind + 1, f"lx{op}{k} = float32(0)",
+                              f"if lrr{k} < {limit} and lw{op}:",
+                              f"    lx{op}{k} = float32({op.upper()}a[uint64(ld{op} + lrr{k} "
+                              f"* {op}s1)])")
+                    continue
+                xs = [f"lx{op}{k}_{e}" for e in range(4)]
+                self.emit(ind + 1, *(f"{x} = float32(0)" for x in xs),
+                          f"if lrr{k} < {limit} and lw{op}:",
+                          f"    {', '.join(xs)} = ldv4({op.upper()}a, uint64(ld{op} + lrr{k} "
+                          f"* {op}s1))")
+        for k in range(un):
+            for op, _, _, base in ops:
+                at = f"uint64({base} + lr{k} * {R} + ldc)"
+                if cw == D:
+                    self.emit(ind + 1, f"sm[{at}] = tf32(lx{op}{k})")
+                else:
+                    self.emit(ind + 1, f"st4(sm, {at}, "
+                              + ", ".join(f"tf32(lx{op}{k}_{e})" for e in range(4)) + ")")
 
     def zero(self, ind, name, n):
         self.emit(ind, f"for j in range({n}):", "    for e in range(4):",
@@ -149,13 +278,14 @@ class _Gen:
                   "for u in range(1, 4):", f"    v_ = {comb('v_', 'red[g * 4 + u]')}",
                   "cuda.syncthreads()", f"{var} = v_")
 
-    def header(self, ops, extra, out):
+    def header(self, ops, extra, out, tail=""):
         words = smem_words(self.mode, self.D, self.W, self.BC)
         args = ", ".join(f"{x.upper()}a, {x}o, {x}s0, {x}s1, {x}s2, {x}s3" for x in ops)
         self.emit(0, "", "@cuda.jit(OPTS)",
                   f"def kernel({args}{extra}, {out}, outo, T, S, N, G, H, HV, causal, "
-                  "scale_):")
-        self.emit(1, f"sm = cuda.shared.array({words}, float32)")
+                  f"scale_{tail}):")
+        align = "" if self.sim else ", alignment=16"   # (the simulator rejects alignment=)
+        self.emit(1, f"sm = cuda.shared.array(0, float32{align})   # {words} words at launch")
         if self.sim:
             self.emit(1, "scr = cuda.shared.array(192, float32)",
                       "red = cuda.shared.array(32, float32)")
@@ -267,19 +397,23 @@ def _dq(g):
 
 
 def _dkv(g):
+    """dK, dV of BR key rows over the query heads gs G / GS .. (gs + 1) G / GS of their key
+    head (gs = the block's split; GS = 1: all of them), summed head by head, query tile by
+    query tile; split blocks store partials GS * PS apart (PS = B S K (H + Hv))."""
     BR, BC, R = g.BR, g.BC, g.R
     KB, VB, QB = 0, BR * R, 2 * BR * R
     GB = QB + BC * R
     LB = GB + BC * R
-    g.header(["q", "k", "v", "g"], ", ST, sto", "DKV")
+    g.header(["q", "k", "v", "g"], ", ST, sto", "DKV", ", GS, PS")
     g.local(("s", g.NJ), ("p", g.NJ), ("dk", g.DT), ("dv", g.DT))
-    g.emit(1, "KH = N // G", "bk = cuda.blockIdx.x", "b = bk // KH", "kh = bk - b * KH",
+    g.emit(1, "KH = N // G", "GH = G // GS", "bk = cuda.blockIdx.x", "BK = cuda.gridDim.x // GS",
+           "gs = bk // BK", "bk = bk - gs * BK", "b = bk // KH", "kh = bk - b * KH",
            f"row0 = cuda.blockIdx.y * {BR}", f"start = (row0 // {BC}) * {BC} if causal else 0",
            "keyA = row0 + wr0 + g", "keyB = keyA + 8")
     g.load(1, "row0", "S", BR, [("k", "kh", "H", KB), ("v", "kh", "HV", VB)])
     g.zero(1, "dk", g.DT)
     g.zero(1, "dv", g.DT)
-    g.emit(1, "for gi in range(G):", "    n = kh * G + gi",
+    g.emit(1, "for gi in range(GH):", "    n = kh * G + gs * GH + gi",
            f"    for c0 in range(start, T, {BC}):", "        cuda.syncthreads()")
     g.load(3, "c0", "T", BC, [("q", "n", "H", QB), ("g", "n", "HV", GB)])
     g.emit(3, f"for j in range(tid, {BC}, {g.NT}):", "    tq = c0 + j", "    lse_ = POS",
@@ -297,16 +431,39 @@ def _dkv(g):
            f"p[j, e] = x * (p[j, e] - sm[{LB + BC} + li])")
     g.prod_out(3, "dv", "s", GB)
     g.prod_out(3, "dk", "p", QB)
-    base = "outo + ((b * S + {row}) * KH + kh) * (H + HV)"
+    base = "outo + gs * PS + ((b * S + {row}) * KH + kh) * (H + HV)"
     rows = [("keyA", 0), ("keyB", 2)]
     g.store_rows(1, rows, "dk", "DKV", base, "H", " * sc", bound="S")
     g.store_rows(1, rows, "dv", "DKV", base + " + H", "HV", bound="S")
 
 
-def source(mode, D, cfg, sim, opts):
-    """Kernel source for `mode` ('fwd', 'fwdl', 'dq', 'dkv') at padded head dim D."""
-    g = _Gen(mode, D, cfg, sim)
+SUM_SOURCE = """
+@cuda.jit(OPTS)
+def kernel(P, po, O, oo, M, GS):
+    i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    step = cuda.gridDim.x * cuda.blockDim.x
+    while i < M:
+        acc = P[uint64(po + i)]
+        for gg in range(1, GS):
+            acc += P[uint64(po + gg * M + i)]
+        O[uint64(oo + i)] = acc
+        i += step
+"""
+
+
+def sum_source(opts):
+    """dkv's partial sum: O[oo + i] = P[po + i] + P[po + M + i] + ... (GS terms, in order)."""
+    return SUM_SOURCE.replace("OPTS", opts)
+
+
+def source(mode, D, cfg, sim, opts, vec=False):
+    """Kernel source for `mode` ('fwd', 'fwdl', 'dq', 'dkv') at padded head dim D; vec: every
+    operand's rows start 16-byte aligned with unit column stride and a width that is a multiple
+    of 4 (attention.py checks), so tiles load as float4s (the simulator: four scalars)."""
+    g = _Gen(mode, D, cfg, sim, vec)
     {"fwd": lambda: _fwd(g, False), "fwdl": lambda: _fwd(g, True), "dq": lambda: _dq(g),
      "dkv": lambda: _dkv(g)}[mode]()
-    pre = SIM_SOURCE if sim else "from funcgrad.cuda.mma import mma_tf32, tf32\n"
+    pre = SIM_SOURCE if sim else ("from funcgrad.cuda.mma import mma_tf32, tf32\n"
+                                  "from funcgrad.cuda.vecmem import ldv4\n"
+                                  "from funcgrad.cuda.attention_ld import st4\n")
     return pre + "\n".join(g.L).replace("OPTS", opts) + "\n"
