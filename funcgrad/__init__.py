@@ -56,6 +56,7 @@ from funcgrad.api.processes import (
 )
 
 from funcgrad.api.config_states import debug_nans, enable_x64, float0  # noqa: F401,E402
+from funcgrad import sharding, typing  # noqa: F401,E402  (jax.sharding, jax.typing)
 from funcgrad.lax.solvers import closure_convert  # noqa: F401,E402
 
 __version__ = "0.1.0"

@@ -36,6 +36,10 @@ _DEFAULTS = {
     # float64/int64 inputs keep their dtype. False: they, and explicit 64-bit dtype requests,
     # become 32-bit as in JAX's default mode (complex128 -> complex64)
     "enable_x64": True,
+    # out-of-range integer-array indices in x[idx] / x.at[idx].get(): False (JAX's gather) clamps
+    # them into range; True raises IndexError naming the user's line, also inside jit (index
+    # updates, x.at[idx].set/add/..., always raise for out-of-range targets)
+    "check_indices": False,
 }
 
 # JAX's option names accepted by update()
@@ -85,7 +89,8 @@ def canonical_precision(precision):
 
 # checks a switch's value on update: returns the value to store
 _VALIDATORS = {"default_matmul_precision": canonical_precision,
-               "num_cpu_devices": check_num_cpu_devices, "enable_x64": bool}
+               "num_cpu_devices": check_num_cpu_devices, "enable_x64": bool,
+               "check_indices": bool}
 
 
 class _Config:
@@ -122,6 +127,8 @@ class _Config:
         for jit's cache key (empty while all are at their defaults)."""
         p = self._values["default_matmul_precision"]
         ctx = () if p is None else (("funcgrad.config.default_matmul_precision", p),)
+        if self._values["check_indices"]:
+            ctx += (("check_indices", True),)
         return ctx if self._values["enable_x64"] else ctx + (("enable_x64", False),)
 
 

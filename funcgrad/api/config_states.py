@@ -1,4 +1,5 @@
-"""JAX's config-state names at the top level: enable_x64 and debug_nans as context managers."""
+"""JAX's config-state names at the top level: enable_x64 and debug_nans as context managers
+(and funcgrad's check_indices)."""
 from __future__ import annotations
 
 import contextlib
@@ -58,3 +59,6 @@ class ConfigState:
 
 enable_x64 = ConfigState("enable_x64")
 debug_nans = ConfigState("debug_nans")
+check_indices = ConfigState("check_indices")
+"""``with check_indices():`` out-of-range integer-array indices raise IndexError instead of
+being clamped (JAX's default)."""
