@@ -151,9 +151,10 @@ def _custom_jvp_vjp(ct, *xs, out, rec, index):
     # the jvp rule is linear in the tangents: its vjp at zero tangents is the transpose
     from funcgrad import prims
     from funcgrad.transforms.ad import vjp
-    from funcgrad.core import is_float
+    from funcgrad.core import is_complex, is_float
     n_args = len(xs) - getattr(rec, "n_closed", 0)   # closed-over operands: ad.check_active
-    diff = [i for i, x in enumerate(xs[:n_args]) if is_float(x.dtype)]
+    # real and complex operands are differentiated (complex ones were dropped: zero grads)
+    diff = [i for i, x in enumerate(xs[:n_args]) if is_float(x.dtype) or is_complex(x.dtype)]
     zeros = [prims.zeros_like(xs[i]) for i in diff]
 
     def tangent_out(*ts):
