@@ -45,7 +45,8 @@ _DEFAULTS = {
 # JAX's option names accepted by update()
 _ALIASES = {"jax_enable_x64": "enable_x64", "jax_debug_nans": "debug_nans",
             "jax_default_matmul_precision": "default_matmul_precision",
-            "jax_num_cpu_devices": "num_cpu_devices", "jax_default_device": "default_device"}
+            "jax_num_cpu_devices": "num_cpu_devices", "jax_default_device": "default_device",
+            "jax_explain_cache_misses": "explain_retraces"}
 
 # precision names (JAX's strings and lax.Precision members) -> the dot_general param value
 _PRECISION_NAMES = {

@@ -277,3 +277,13 @@ def test_updates_and_checked_gathers_still_raise():
         with pytest.raises(IndexError):
             jax.jit(lambda v, i: v[i])(x, jnp.array([7]))
     np.testing.assert_allclose(np.asarray(x[jnp.array([7])]), [4.0])   # restored
+
+
+def test_explain_cache_misses_is_explain_retraces(caplog):
+    f = jax.jit(lambda x: x * 2)
+    f(jnp.ones(2))
+    with jax.explain_cache_misses(), caplog.at_level("WARNING", logger="funcgrad.jit"):
+        assert jax.config.explain_retraces
+        f(jnp.ones(3))
+    assert "traces again" in caplog.text
+    assert not jax.config.explain_retraces

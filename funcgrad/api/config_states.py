@@ -59,6 +59,9 @@ class ConfigState:
 
 enable_x64 = ConfigState("enable_x64")
 debug_nans = ConfigState("debug_nans")
+explain_cache_misses = ConfigState("explain_retraces")
+"""JAX's jax.explain_cache_misses: log (logger "funcgrad.jit") why a jitted function traces
+again (funcgrad's "explain_retraces")."""
 check_indices = ConfigState("check_indices")
 """``with check_indices():`` out-of-range integer-array indices raise IndexError instead of
 being clamped (JAX's default)."""
