@@ -56,7 +56,13 @@ from funcgrad.api.processes import (
     process_indices,
 )
 
-from funcgrad.api.config_states import debug_nans, enable_x64, float0  # noqa: F401,E402
+from funcgrad.api.config_states import (  # noqa: F401,E402
+    debug_nans,
+    enable_x64,
+    explain_cache_misses,
+    float0,
+)
+from funcgrad import sharding, typing  # noqa: F401,E402  (jax.sharding, jax.typing)
 from funcgrad.lax.solvers import closure_convert  # noqa: F401,E402
 
 __version__ = "0.1.0"

@@ -43,12 +43,18 @@ _DEFAULTS = {
     # busy but makes results differ from run to run in the last bits (the two ways round
     # differently); read at each product, so it applies to compiled functions too
     "cpu_blas_adaptive": False,
+    # out-of-range integer-array indices in x[idx] / x.at[idx].get(): True (the default: nothing
+    # is clamped silently) raises IndexError naming the user's line, also inside jit; False
+    # clamps them into range as JAX's gather does (mode="promise_in_bounds" asks for that per
+    # call; index updates, x.at[idx].set/add/..., always raise for out-of-range targets)
+    "check_indices": True,
 }
 
 # JAX's option names accepted by update()
 _ALIASES = {"jax_enable_x64": "enable_x64", "jax_debug_nans": "debug_nans",
             "jax_default_matmul_precision": "default_matmul_precision",
-            "jax_num_cpu_devices": "num_cpu_devices", "jax_default_device": "default_device"}
+            "jax_num_cpu_devices": "num_cpu_devices", "jax_default_device": "default_device",
+            "jax_explain_cache_misses": "explain_retraces"}
 
 # precision names (JAX's strings and lax.Precision members) -> the dot_general param value
 _PRECISION_NAMES = {
@@ -93,7 +99,7 @@ def canonical_precision(precision):
 # checks a switch's value on update: returns the value to store
 _VALIDATORS = {"default_matmul_precision": canonical_precision,
                "num_cpu_devices": check_num_cpu_devices, "enable_x64": bool,
-               "cpu_blas_adaptive": bool}
+               "cpu_blas_adaptive": bool, "check_indices": bool}
 
 
 class _Config:
@@ -130,6 +136,8 @@ class _Config:
         for jit's cache key (empty while all are at their defaults)."""
         p = self._values["default_matmul_precision"]
         ctx = () if p is None else (("funcgrad.config.default_matmul_precision", p),)
+        if self._values["check_indices"]:
+            ctx += (("check_indices", True),)
         return ctx if self._values["enable_x64"] else ctx + (("enable_x64", False),)
 
 

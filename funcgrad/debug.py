@@ -48,6 +48,87 @@ def print(fmt: str, *args, **kwargs) -> None:
     bind(debug_print_p, *[_as_value(x) for x in leaves], fmt=fmt, tree=tree)
 
 
+def _callback_impl(*args, callback, **_):
+    callback(*[core.to_array(np.asarray(a), "cpu") for a in args])
+    return np.zeros((), np.int32)
+
+
+def _callback_call(*args, callback, **_):
+    _callback_impl(*args, callback=callback)
+    return core.to_array(np.zeros((), np.int32), "cpu")
+
+
+def _callback_batch(args, dims, **params):
+    # JAX's rule: one call per element of the mapped axis (unmapped operands broadcast)
+    size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+    out = np.zeros((), np.int32)
+    for i in range(size):
+        out = bind(debug_callback_p, *[a if d is None else a[i] for a, d in zip(args, dims)],
+                   **params)
+    return out, None
+
+
+debug_callback_p = Primitive("debug_callback", lambda *avals, **_: ShapedArray((), np.int32),
+                             _callback_impl, kind="effect")
+debug_callback_p.call_impl = _callback_call
+debug_callback_p.effectful = True
+debug_callback_p.vjp = lambda ct, *xs, out, **_: (None,) * len(xs)
+debug_callback_p.jvp = lambda ts, xs, *, out, **_: None
+debug_callback_p.batch = _callback_batch
+
+
+def _is_array_like(x) -> bool:
+    return isinstance(x, (core.ArrayBase, np.ndarray, np.generic, bool, int, float, complex))
+
+
+def _stage_callback(fn, args, kwargs):
+    if not callable(fn):
+        raise TypeError(f"first argument to funcgrad.debug.callback must be callable, but got "
+                        f"an object of type {type(fn)}")
+    leaves, tree = tree_flatten((args, kwargs))
+    static = {i: x for i, x in enumerate(leaves) if not _is_array_like(x)}
+    from funcgrad.transforms.ad import _as_value
+    dyn = [_as_value(x) for i, x in enumerate(leaves) if i not in static]
+
+    def flat_callback(*values):
+        it = iter(values)
+        full = [static[i] if i in static else next(it) for i in range(len(leaves))]
+        pos, kw = tree_unflatten(tree, full)
+        fn(*pos, **kw)
+
+    flat_callback.__name__ = getattr(fn, "__name__", "callback")
+    bind(debug_callback_p, *dyn, callback=flat_callback)
+
+
+def callback(callback=None, *args, ordered: bool = False, partitioned: bool = False,
+             **kwargs):
+    """Call ``callback(*args, **kwargs)`` with concrete values when the code runs, also inside
+    jit, vmap and grad (jax.debug.callback).
+
+    Array leaves of args / kwargs (and Python numbers) reach the callback as CPU Arrays; other
+    leaves (strings, ...) are passed as they are; the callback's return value is dropped. Under
+    vmap it is called once per element of the mapped axis, as in JAX. Calls run in program
+    order (`ordered` is accepted; `partitioned` has no meaning on one device). As in JAX,
+    ``callback(ordered=True)`` without a function returns the function taking
+    ``(callback, *args, **kwargs)``.
+
+    Example:
+        >>> import funcgrad, funcgrad.numpy as fnp
+        >>> seen = []
+        >>> f = funcgrad.jit(lambda x: funcgrad.debug.callback(seen.append, x) or x * 2)
+        >>> f(fnp.arange(3.0)).tolist(), seen[0].tolist()
+        ([0.0, 2.0, 4.0], [0.0, 1.0, 2.0])
+    """
+    del ordered, partitioned
+    if callback is not None:
+        _stage_callback(callback, args, kwargs)
+        return None
+    if args or kwargs:
+        raise TypeError(f"debug.callback received unexpected arguments in the two-call form: "
+                        f"{args=} {kwargs=}")
+    return lambda fn, *a, **k: _stage_callback(fn, a, k)
+
+
 class FloatingPointError_(FuncgradError, FloatingPointError):
     """A NaN or Inf was produced while debug_nans was on."""
 

@@ -11,6 +11,7 @@ import pytest
 import funcgrad
 import funcgrad.numpy as fnp
 from funcgrad import grad, jit, lax
+from funcgrad.api.config_states import check_indices
 from funcgrad.backends.cpu import loops as cpu_loops, plan as cpu_plan, steps as cpu_steps
 from funcgrad.backends.cpu.plan import CpuPlan
 from funcgrad.prims.loops import EXEC_PRIMS, loop_run_effect_p, loop_run_p
@@ -205,6 +206,11 @@ def test_effectful_bodies_keep_the_numpy_path(capsys):
 
 
 def test_errors_in_a_body_name_the_users_line(mode):
+    with check_indices():   # out-of-range gathers raise (JAX's default clamps them)
+        _errors_in_a_body_name_the_users_line()
+
+
+def _errors_in_a_body_name_the_users_line():
     table = np.array([1.0, 2.0])
 
     def body(c, x):

@@ -1,4 +1,5 @@
-"""JAX's config-state names at the top level: enable_x64 and debug_nans as context managers."""
+"""JAX's config-state names at the top level: enable_x64 and debug_nans as context managers
+(and funcgrad's check_indices)."""
 from __future__ import annotations
 
 import contextlib
@@ -58,3 +59,9 @@ class ConfigState:
 
 enable_x64 = ConfigState("enable_x64")
 debug_nans = ConfigState("debug_nans")
+explain_cache_misses = ConfigState("explain_retraces")
+"""JAX's jax.explain_cache_misses: log (logger "funcgrad.jit") why a jitted function traces
+again (funcgrad's "explain_retraces")."""
+check_indices = ConfigState("check_indices")
+"""``with check_indices():`` out-of-range integer-array indices raise IndexError instead of
+being clamped (JAX's default)."""

@@ -340,6 +340,7 @@ class Array(ArrayBase):
         return self._scalar(int)
     def item(self): return np.asarray(self).item()
     def tolist(self): return np.asarray(self).tolist()
+
     def to_device(self, device, /, *, stream=None):
         """This array on `device` ("cpu" or "cuda"), as the array API's to_device."""
         return to_array(self, device)
@@ -357,7 +358,8 @@ class Array(ArrayBase):
         self.buf, cai = get_backend(self.device).cuda_array_interface(self.buf)
         return cai
 
-    # __dlpack__ and __dlpack_device__ are attached by funcgrad.dlpack (which imports core)
+    # __dlpack__ and __dlpack_device__ are attached by funcgrad.dlpack (which imports core),
+    # sharding and devices() by funcgrad.sharding
 
 
 class ConcretizationError(FuncgradError, TypeError):

@@ -122,6 +122,7 @@ from funcgrad.lax.reductions import (
 from funcgrad.lax.solvers import custom_linear_solve, custom_root, ragged_dot  # noqa: F401
 from funcgrad.lax.special_gamma import betainc, igamma, igamma_grad_a, igammac, random_gamma_grad
 from funcgrad.lax.special_zeta import bessel_i0e, bessel_i1e, polygamma, zeta  # noqa: F401
+from funcgrad.lax import linalg_complex  # noqa: F401,E402  (complex jnp.linalg, registered)
 from funcgrad.lax.slicing import (
     GatherDimensionNumbers,
     GatherScatterMode,

@@ -4,13 +4,11 @@ from __future__ import annotations
 import numpy as np
 
 from funcgrad import prims as P
+from funcgrad.config import config
 from funcgrad.core import ArrayBase, Tracer, bind, is_int, user_frame_src
 from funcgrad.numpy._base import asarray, broadcast_to, reshape
 from funcgrad.numpy._shape import (
     checked_index,
-    index_mode,
-    moded_index,
-    pad_fill,
     transpose,
 )
 
@@ -77,13 +75,45 @@ def _scalar_mask(idx):
     return None
 
 
-def _getitem(x, idx):
-    """x[idx] with numpy semantics; out-of-range integer indices raise IndexError."""
+_GET_MODES = {None: "clip_arrays", "promise_in_bounds": "clip_arrays", "clip": "clip",
+              "fill": "fill", "drop": "fill", "raise": "raise"}
+
+
+def _default_fill(dtype):
+    """JAX's fill value of out-of-range gathers: nan, the most negative signed integer, the
+    largest unsigned one, True."""
+    dt = np.dtype(dtype)
+    if dt.kind in "fc":
+        return np.nan
+    if dt.kind == "i":
+        return np.iinfo(dt).min
+    if dt.kind == "u":
+        return np.iinfo(dt).max
+    return True
+
+
+def _getitem(x, idx, mode=None, fill_value=None):
+    """x[idx] with numpy semantics; what an out-of-range index does follows JAX's gather
+    modes: by default (None, "promise_in_bounds") integer arrays are clamped into range and
+    Python ints raise IndexError (config "check_indices": arrays raise too); "clip" clamps
+    both; "fill" (or "drop") gives fill_value (default: nan, the smallest signed / largest
+    unsigned integer, True); "raise" (what index updates use to find their targets) raises
+    IndexError for both."""
+    try:
+        kind = _GET_MODES[mode]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown gather mode {mode!r}; expected one of 'promise_in_bounds', "
+                         "'clip', 'fill' or 'drop'") from None
+    if kind == "clip_arrays" and config.check_indices:
+        kind = "raise"
     keep = _scalar_mask(idx)
     if keep is not None:   # numpy: a new leading axis holding x once (True) or never (False)
         y = reshape(x, (1,) + tuple(x.shape))
         return y if keep else _getitem(y, slice(0, 0))
     idx = _normalize(x, idx)
+    if kind == "fill":
+        x, idx = _fill_slots(x, idx, fill_value)
+        kind = "clip"
     has_adv = any(_is_array_index(i) for i in idx)
     if has_adv:  # ints count as advanced indices next to arrays (numpy's rule)
         idx = [np.asarray(i, np.int32) if isinstance(i, int) else i for i in idx]
@@ -112,8 +142,10 @@ def _getitem(x, idx):
             shape_after.append(("dim", dim))
         elif isinstance(i, int):
             if not -n <= i < n:
-                raise IndexError(f"index {i} is out of bounds for axis {dim} with size {n} "
-                                 f"(array shape {tuple(x.shape)})\n  at {user_frame_src()}")
+                if kind != "clip" or n == 0:
+                    raise IndexError(f"index {i} is out of bounds for axis {dim} with size {n} "
+                                     f"(array shape {tuple(x.shape)})\n  at {user_frame_src()}")
+                i = min(max(i, -n), n - 1)
             i = i + n if i < 0 else i
             starts.append(i)
             limits.append(i + 1)
@@ -138,14 +170,50 @@ def _getitem(x, idx):
     # numpy puts the result dims in place only when no slice/None/Ellipsis separates the arrays
     in_index = [j for _, _, j in adv]
     adjacent = in_index == list(range(in_index[0], in_index[0] + len(in_index)))
-    return _advanced(y, [(pos, i) for pos, i, _ in adv], adjacent)
+    return _advanced(y, [(pos, i) for pos, i, _ in adv], adjacent, kind != "raise")
 
 
-def _advanced(y, adv, adjacent):
+def _fill_slots(x, idx, fill_value):
+    """For mode "fill": x with one slot of fill_value appended along every axis indexed by an
+    integer (array), and those indices with out-of-range entries sent to that slot."""
+    from funcgrad.numpy._base import full
+    from funcgrad.numpy._shape import concatenate
+    from funcgrad.numpy._ufuncs import logical_and, where
+    fill = _default_fill(x.dtype) if fill_value is None else fill_value
+    out, dim = [], 0
+    for i in idx:
+        if i is None or i is _GAP:
+            out.append(i)
+            continue
+        if isinstance(i, int) or _is_array_index(i):
+            n = x.shape[dim]
+            a = asarray(np.asarray(i, np.int32) if isinstance(i, int) else i)
+            ok = logical_and(a >= -n, a < n)
+            a = where(ok, where(a < 0, a + n, a), n)
+            slot = list(x.shape)
+            slot[dim] = 1
+            x = concatenate([x, full(tuple(slot), fill, x.dtype)], axis=dim)
+            i = a
+        out.append(i)
+        dim += 1
+    return x, out
+
+
+def _clamp(a, n):
+    """Integer index array a wrapped once from the end, then clamped into [0, n) (JAX's
+    default for gathers)."""
+    from funcgrad.numpy._ufuncs import clip, where
+    return clip(where(a < 0, a + n, a), 0, max(n - 1, 0))
+
+
+def _advanced(y, adv, adjacent, clamp=False):
     """Gather with integer arrays at positions `adv` (numpy's placement of the result dims:
-    where the arrays stand when `adjacent`, else first)."""
+    where the arrays stand when `adjacent`, else first); `clamp` clamps out-of-range entries
+    into range, else take raises IndexError for them."""
     positions = [p for p, _ in adv]
     arrays = [asarray(i) for _, i in adv]
+    if clamp:
+        arrays = [_clamp(a, y.shape[p]) if y.shape[p] else a for a, p in zip(arrays, positions)]
     try:
         bshape = np.broadcast_shapes(*[tuple(a.shape) for a in arrays])
     except ValueError:
@@ -176,38 +244,6 @@ def _advanced(y, adv, adjacent):
     return transpose(out, perm)
 
 
-def _getitem_mode(x, idx, mode, fill_value):
-    """x[idx] with each integer or integer-array index mapped by `mode` along its axis
-    ("fill": out-of-range ones point at a slot appended to that axis holding fill_value)."""
-    mode = index_mode(mode, ".at[].get",
-                      ("promise_in_bounds", "clip", "fill", "drop", None))
-    if _scalar_mask(idx) is not None:
-        return _getitem(x, idx)
-    out, dim = [], 0
-    for i in _normalize(x, idx):
-        if i is _GAP:
-            out.append(Ellipsis)
-            continue
-        if i is None or isinstance(i, slice):
-            out.append(i)
-            dim += i is not None
-            continue
-        n = x.shape[dim]
-        if isinstance(i, int):
-            if mode == "fill" and not -n <= i < n:
-                i, pad = n, True
-            else:
-                i = i + n if i < 0 else i
-                i, pad = (min(max(i, 0), n - 1) if n else i), False
-        else:
-            i, pad = moded_index(asarray(i), n, mode, normalize=True)
-        if pad:
-            x = pad_fill(x, dim, fill_value)
-        out.append(i)
-        dim += 1
-    return _getitem(x, tuple(out))
-
-
 class _IndexUpdateHelper:
     """`x.at`: JAX's functional index updates."""
     __slots__ = ("x",)
@@ -222,7 +258,8 @@ class _IndexUpdateHelper:
 class _IndexUpdateRef:
     """`x.at[idx]`: `.get()`, `.set(v)`, `.add(v)`, `.multiply(v)`, `.min(v)`, `.max(v)`.
 
-    Out-of-range indices raise IndexError (JAX drops them; funcgrad never drops data). With
+    Updates raise IndexError for out-of-range targets (JAX drops them; funcgrad never drops
+    data); `.get()` follows JAX's gather modes (clamped by default, see _getitem). With
     repeated indices `.add` accumulates every update, `.set` keeps one of them, and (for a
     concrete index, as in JAX) `.multiply`/`.min`/`.max` apply every update.
     """
@@ -238,9 +275,10 @@ class _IndexUpdateRef:
             indices_are_sorted: accepted for JAX compatibility (a hint).
             unique_indices: accepted for JAX compatibility (a hint).
             mode: None (funcgrad's default: an out-of-range index raises IndexError naming
-                the user's line), "promise_in_bounds" (JAX's default: clamped, as XLA does),
-                "clip" (negative indices wrapped once, then clamped into range) or "fill" /
-                "drop" (an out-of-range index reads `fill_value`).
+                the user's line; with config "check_indices" False, integer arrays are
+                clamped as JAX does), "promise_in_bounds" (JAX's default: clamped, as XLA
+                does), "clip" (clamped into range) or "fill" / "drop" (an out-of-range index
+                reads `fill_value`).
             fill_value: what "fill" reads (default: NaN for inexact types, the most negative
                 signed / largest unsigned integer, True for bool).
 
@@ -252,16 +290,15 @@ class _IndexUpdateRef:
             >>> fnp.arange(3.0).at[[0, 5]].get(mode="fill", fill_value=9.0).tolist()
             [0.0, 9.0]
         """
-        if mode is None:
-            return _getitem(self.x, self.idx)
-        return _getitem_mode(asarray(self.x), self.idx, mode, fill_value)
+        del indices_are_sorted, unique_indices
+        return _getitem(self.x, self.idx, mode=mode, fill_value=fill_value)
 
     def _flat_ids(self):
         x = self.x
         ids = reshape(bind(P.iota_p, dtype=np.dtype(np.int32), shape=(max(x.size, 0),),
                            dimension=0), x.shape) if x.size else asarray(
             np.zeros(x.shape, np.int32))
-        return _getitem(ids, self.idx)
+        return _getitem(ids, self.idx, mode="raise")   # updates: out-of-range raises
 
     def _scatter(self, prim, base, values):
         x = self.x

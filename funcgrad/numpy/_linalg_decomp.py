@@ -40,10 +40,33 @@ SVDResult = namedtuple("SVDResult", ["U", "S", "Vh"])
 
 
 def _inexact(*xs):
-    """Operands as arrays of one float dtype (integers and bools become float32)."""
+    """Operands as arrays of one inexact dtype (integers and bools become float32; complex
+    stays complex)."""
     dt = result_type(*xs)
-    dt = dt if dt.kind == "f" else np.dtype(np.float32)
+    dt = dt if dt.kind in "fc" else np.dtype(np.float32)
     return [asarray(x, dt) for x in xs]
+
+
+# complex versions of the decompositions, registered by funcgrad.lax.linalg_complex (which
+# sits above funcgrad.numpy: it differentiates host LAPACK calls with custom_jvp rules)
+COMPLEX_IMPLS: dict = {}
+
+
+def _complex(name):
+    fn = COMPLEX_IMPLS.get(name)
+    if fn is None:
+        raise NotImplementedError(f"linalg.{name}: complex inputs are not supported")
+    return fn
+
+
+def _is_complex(*xs) -> bool:
+    return builtins.any(x.dtype.kind == "c" for x in xs)
+
+
+def _mH(x):
+    """The conjugate transpose of the last two axes (the transpose for real x)."""
+    from funcgrad.prims import complex as PC
+    return PC.conj(_mT(x)) if x.dtype.kind == "c" else _mT(x)
 
 
 def _matrix(name, x, square=False):
@@ -77,6 +100,9 @@ def cholesky(a, *, upper=False, symmetrize_input=True):
         [[2.0, 0.0], [1.0, 2.0]]
     """
     a = _matrix("cholesky", a, square=True)
+    if _is_complex(a):
+        low = _complex("cholesky")(a, symmetrize_input)
+        return _mH(low) if upper else low
     if not symmetrize_input:   # the lower triangle mirrored: the primitive's (a + a^T) / 2 = a
         a = LP.tril(a) + _mT(LP.tril(a, -1))
     low = bind(LP.cholesky_p, a)
@@ -116,7 +142,7 @@ def solve(a, b):
     batch = broadcast_shapes(a.shape[:-2], b.shape[:-2], op="solve")
     a = broadcast_to(a, batch + (n, n))
     b = broadcast_to(b, batch + tuple(b.shape[-2:]))
-    x = _lu_solve(_lu(a), b)
+    x = _complex("solve")(a, b) if _is_complex(a) else _lu_solve(_lu(a), b)
     return reshape(x, batch + (n,)) if vec else x
 
 
@@ -130,7 +156,8 @@ def inv(a):
     """
     a = _matrix("inv", a, square=True)
     n = a.shape[-1]
-    return _lu_solve(_lu(a), broadcast_to(asarray(np.eye(n, dtype=a.dtype)), a.shape))
+    eye = broadcast_to(asarray(np.eye(n, dtype=a.dtype)), a.shape)
+    return _complex("solve")(a, eye) if _is_complex(a) else _lu_solve(_lu(a), eye)
 
 
 def slogdet(a, *, method=None):
@@ -145,6 +172,8 @@ def slogdet(a, *, method=None):
     if method not in (None, "lu"):
         raise NotImplementedError(f"slogdet: method={method!r} (funcgrad has 'lu')")
     a = _matrix("slogdet", a, square=True)
+    if _is_complex(a):
+        return SlogdetResult(*_complex("slogdet")(a))
     n = a.shape[-1]
     packed = _lu(a)
     d = LP.diag_part(LP.block(packed, 0, n, 0, n))
@@ -188,6 +217,8 @@ def eigh(a, UPLO=None, symmetrize_input=True):
     if uplo not in ("L", "U"):
         raise ValueError(f"eigh: UPLO must be 'L' or 'U', got {UPLO!r}")
     a = _matrix("eigh", a, square=True)
+    if _is_complex(a):
+        return EighResult(*_complex("eigh")(a, uplo, symmetrize_input))
     if symmetrize_input:
         a = LP.sym(a)
     n = a.shape[-1]
@@ -198,6 +229,11 @@ def eigh(a, UPLO=None, symmetrize_input=True):
 def eigvalsh(a, UPLO="L", *, symmetrize_input=True):
     """Eigenvalues (ascending) of symmetric matrices."""
     return eigh(a, UPLO, symmetrize_input).eigenvalues
+
+
+def s_dtype(a):
+    """The (real) dtype of a's singular values and eigenvalues."""
+    return np.dtype(f"f{a.dtype.itemsize // 2}") if a.dtype.kind == "c" else a.dtype
 
 
 def _complement(q, k):
@@ -225,6 +261,9 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False, subset_by_index
     a = _matrix("svd", a)
     if hermitian:
         return _svd_hermitian(a, compute_uv)
+    if _is_complex(a):
+        out = _complex("svd")(a, full_matrices, compute_uv)
+        return SVDResult(*out) if compute_uv else out
     m, n = a.shape[-2:]
     k = builtins.min(m, n)
     u, s, v = LS.svd_parts(bind(LS.svd_p, a), m, n)
@@ -247,8 +286,8 @@ def _svd_hermitian(a, compute_uv):
         return s
     u = take_along_axis(v, broadcast_to(reshape(order, order.shape[:-1] + (1, -1)), v.shape),
                         axis=-1)
-    sg = take_along_axis(sign(w), order, axis=-1)
-    return SVDResult(u, s, _mT(multiply(u, reshape(sg, sg.shape[:-1] + (1, -1)))))
+    sg = take_along_axis(sign(w), order, axis=-1).astype(u.dtype)
+    return SVDResult(u, s, _mH(multiply(u, reshape(sg, sg.shape[:-1] + (1, -1)))))
 
 
 def svdvals(x, /):
@@ -270,6 +309,9 @@ def qr(a, mode="reduced"):
         raise NotImplementedError(f"qr: mode={mode!r} (funcgrad has 'reduced', 'complete', "
                                   "'r')")
     a = _matrix("qr", a)
+    if _is_complex(a):
+        q, r = _complex("qr")(a, mode)
+        return r if mode == "r" else QRResult(q, r)
     m, n = a.shape[-2:]
     full = mode == "complete"
     k = m if full else builtins.min(m, n)
@@ -295,7 +337,7 @@ def lstsq(a, b, rcond=None, *, numpy_resid=False):
     m, n = a.shape
     vec = b.ndim == 1
     b2 = reshape(b, (m, 1)) if vec else b
-    rcond = float(np.finfo(a.dtype).eps * builtins.max(m, n)) if rcond is None else rcond
+    rcond = float(np.finfo(s_dtype(a)).eps * builtins.max(m, n)) if rcond is None else rcond
     u, s, vh = svd(a, full_matrices=False)
     if s.shape[0] == 0:
         mask = s > 0
@@ -304,12 +346,12 @@ def lstsq(a, b, rcond=None, *, numpy_resid=False):
     rank = sum(mask)
     safe = where(mask, s, asarray(1.0, s.dtype))
     s_inv = reshape(where(mask, 1 / safe, asarray(0.0, s.dtype)), (-1, 1))
-    x = LP.mm(_mT(vh), s_inv * LP.mm(_mT(u), b2))
+    x = LP.mm(_mH(vh), s_inv.astype(a.dtype) * LP.mm(_mH(u), b2))
     if numpy_resid and (int(rank) < n or m <= n):
-        resid = asarray(np.zeros((0,), a.dtype))
+        resid = asarray(np.zeros((0,), s.dtype))
     else:
         r = b2 - LP.mm(a, x)
-        resid = sum(r * r, axis=0)
+        resid = sum(_abs(r) ** 2 if _is_complex(r) else r * r, axis=0)
     return (reshape(x, (n,)) if vec else x), resid, rank, s
 
 
@@ -326,14 +368,14 @@ def pinv(a, rtol=None, hermitian=False, *, rcond=None):
     m, n = a.shape[-2:]
     rtol = rcond if rtol is None else rtol      # rcond: JAX's deprecated name of rtol
     if rtol is None:
-        rtol = 10.0 * builtins.max(m, n) * float(np.finfo(a.dtype).eps)
+        rtol = 10.0 * builtins.max(m, n) * float(np.finfo(s_dtype(a)).eps)
     u, s, vh = svd(a, full_matrices=False, hermitian=hermitian)
     if s.shape[-1] == 0:
         return asarray(np.zeros(a.shape[:-2] + (n, m), a.dtype))
-    rt = asarray(rtol, a.dtype)
+    rt = asarray(rtol, s.dtype)
     cutoff = reshape(rt, rt.shape + (1,)) * s[..., 0:1]
-    s = where(s > cutoff, s, asarray(np.inf, a.dtype))
-    return LP.mm(_mT(vh), _mT(u) / reshape(s, s.shape + (1,)))
+    s = where(s > cutoff, s, asarray(np.inf, s.dtype))
+    return LP.mm(_mH(vh), _mH(u) / reshape(s, s.shape + (1,)).astype(a.dtype))
 
 
 def matrix_rank(M, rtol=None, *, hermitian=False, tol=None):

@@ -47,10 +47,19 @@ def _empty_zero(x, axes):
     return 0.0 if any(x.shape[a] == 0 for a in axes) else None
 
 
+def _abs_sq(x):
+    """|x|^2 elementwise, real (x * conj(x) for complex x, as JAX's norms)."""
+    return PC.real(x * PC.conj(x)) if x.dtype.kind == "c" else x * x
+
+
+def _real_dtype(x):
+    return np.dtype(f"f{x.dtype.itemsize // 2}") if x.dtype.kind == "c" else x.dtype
+
+
 def _vector(x, ord, axes, keepdims):
     kw = dict(axis=axes, keepdims=keepdims)
     if ord is None or ord == 2:
-        return sqrt(sum(x * x, **kw))
+        return sqrt(sum(_abs_sq(x), **kw))
     if isinstance(ord, str):
         raise ValueError(f"norm: invalid order {ord!r} for vectors (use {_VECTOR})")
     if ord == np.inf:
@@ -58,17 +67,17 @@ def _vector(x, ord, axes, keepdims):
     if ord == -np.inf:
         return _min(_abs(x), **kw)
     if ord == 0:
-        return sum(not_equal(x, asarray(0.0, x.dtype)), **kw).astype(x.dtype)
+        return sum(not_equal(x, asarray(0.0, x.dtype)), **kw).astype(_real_dtype(x))
     if ord == 1:
         return sum(_abs(x), **kw)
-    p = asarray(float(ord), x.dtype)
+    p = asarray(float(ord), _real_dtype(x))
     return power(sum(power(_abs(x), p), **kw), 1 / p)
 
 
 def _matrix_norm(x, ord, axes, keepdims):
     r, c = axes
     if ord is None or ord == "fro":
-        return sqrt(sum(x * x, axis=axes, keepdims=keepdims))
+        return sqrt(sum(_abs_sq(x), axis=axes, keepdims=keepdims))
     if ord in ("nuc", 2, -2):
         s = svdvals(moveaxis(x, (r, c), (-2, -1)))
         y = sum(s, axis=-1) if ord == "nuc" else (_max if ord == 2 else _min)(s, axis=-1)
@@ -101,7 +110,7 @@ def norm(x, ord=None, axis=None, keepdims=False):
     nd = x.ndim
     if axis is None:
         if ord is None:
-            y = sqrt(sum(x * x))
+            y = sqrt(sum(_abs_sq(x)))
             return reshape(y, (1,) * nd) if keepdims else y
         if nd not in (1, 2):
             raise ValueError(f"norm: ord={ord!r} with axis=None needs a 1-D or 2-D array, got "

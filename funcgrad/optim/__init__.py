@@ -200,6 +200,8 @@ from funcgrad.optim.transforms_misc import (
     keep_params_nonnegative,
     per_example_global_norm_clip,
     per_example_layer_norm_clip,
+    unitwise_clip,
+    unitwise_norm,
     zero_nans,
 )
 from funcgrad.optim.transforms_scaling import (
@@ -230,6 +232,7 @@ from funcgrad.optim.wrappers import (
 from funcgrad.optim.combinators import (
     ConditionallyMaskState,
     ConditionallyTransformState,
+    ConditionFn,
     LookaheadParams,
     LookaheadState,
     MonitorState,

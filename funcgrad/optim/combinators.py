@@ -224,6 +224,11 @@ class ConditionFn(Protocol):
         """Whether to apply the inner transformation at ``step``."""
 
 
+ConditionFn = Callable[..., Any]
+"""The type of conditionally_transform's / conditionally_mask's should_transform_fn: step
+count (and extra arguments) -> a boolean scalar."""
+
+
 class ConditionallyTransformState(NamedTuple):
     """The inner state and the step count."""
     inner_state: Any

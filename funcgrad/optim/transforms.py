@@ -436,3 +436,33 @@ __all__ = [
     "scale_by_stddev",
     "trace",
 ]
+
+
+# ---------------------------------------------------------------------------------------------
+# optax.transforms' namespace: its other names live in sibling modules (which import this
+# one), so they are looked up in funcgrad.optim on first use
+# ---------------------------------------------------------------------------------------------
+
+_OPTAX_TRANSFORMS = frozenset((
+    "AddNoiseState", "ApplyIfFiniteState", "ConditionFn", "ConditionallyMaskState",
+    "ConditionallyTransformState", "EmaState", "MaskedNode", "MaskedState", "MonitorState",
+    "MultiSteps", "MultiStepsState", "NonNegativeParamsState", "PartitionState",
+    "ShouldSkipUpdateFunction", "SnapshotState", "ZeroNansState", "adaptive_grad_clip",
+    "add_noise", "apply_if_finite", "chain", "clip_by_block_rms", "conditionally_mask",
+    "conditionally_transform", "ema", "flatten", "freeze", "keep_params_nonnegative", "masked",
+    "measure_with_ema", "monitor", "named_chain", "partition", "per_example_global_norm_clip",
+    "per_example_layer_norm_clip", "selective_transform", "skip_large_updates",
+    "skip_not_finite", "snapshot", "unitwise_clip", "unitwise_norm", "zero_nans",
+))
+
+
+def __getattr__(name):
+    """optax.transforms' names defined elsewhere in funcgrad.optim (``transforms.freeze``)."""
+    if name in _OPTAX_TRANSFORMS:
+        from funcgrad import optim
+        return getattr(optim, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | _OPTAX_TRANSFORMS)

@@ -127,7 +127,17 @@ def clip_by_block_rms(threshold: float) -> GradientTransformation:
     return GradientTransformation(init_empty_state, update)
 
 
-def _unitwise_norm(x, axis=None):
+def unitwise_norm(x, axis=None):
+    """The L2 norm of each unit of x, broadcast to x's shape (optax.transforms.unitwise_norm).
+
+    A unit reduces over `axis`, or by rank: the whole array for scalars and vectors, axis 0
+    for rank 2 and 3 (linear layers, multi-head linear), all but the last axis for rank 4
+    and 5 (convolution kernels).
+
+    Example:
+        >>> unitwise_norm(fnp.asarray([[3.0, 1.0], [4.0, 0.0]])).tolist()
+        [[5.0, 1.0], [5.0, 1.0]]
+    """
     if axis is not None:
         sq = fnp.sum(abs_sq(x), axis=axis, keepdims=True)
     elif fnp.squeeze(x).ndim <= 1:
@@ -157,12 +167,27 @@ def adaptive_grad_clip(clipping: float, eps: float = 1e-3, axis=None) -> Gradien
             raise ValueError(NO_PARAMS_MSG)
 
         def one(g, p):
-            g_norm, p_norm = _unitwise_norm(g, axis), _unitwise_norm(p, axis)
-            max_norm = clipping * fnp.maximum(p_norm, eps)
-            clipped = g * (max_norm / fnp.maximum(g_norm, 1e-6))
-            return fnp.where(g_norm < max_norm, g, clipped)
+            g_norm, p_norm = unitwise_norm(g, axis), unitwise_norm(p, axis)
+            return unitwise_clip(g_norm, clipping * fnp.maximum(p_norm, eps), g)
         return tree_map(one, updates, params), state
     return GradientTransformation(init_empty_state, update)
+
+
+def unitwise_clip(g_norm, max_norm, grad, div_eps=1e-6):
+    """grad where its unit norm g_norm is below max_norm, else grad scaled to max_norm
+    (optax.transforms.unitwise_clip; the shapes must be equal).
+
+    Example:
+        >>> g = fnp.asarray([3.0, 4.0])
+        >>> unitwise_clip(fnp.full(2, 5.0), fnp.full(2, 1.0), g).tolist()
+        [0.6000000238418579, 0.800000011920929]
+    """
+    if not (fnp.shape(g_norm) == fnp.shape(max_norm) == fnp.shape(grad)):
+        raise ValueError(f"unitwise_clip: g_norm, max_norm and grad must have equal shapes, "
+                         f"got {fnp.shape(g_norm)}, {fnp.shape(max_norm)} and "
+                         f"{fnp.shape(grad)}")
+    clipped = grad * (max_norm / fnp.maximum(g_norm, div_eps))
+    return fnp.where(g_norm < max_norm, grad, clipped)
 
 
 def _check_batch_dim(grads, name):

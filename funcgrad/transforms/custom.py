@@ -24,7 +24,7 @@ from funcgrad.core import (
     trace_to_expr,
     user_frame_src,
 )
-from funcgrad.tree_util import tree_flatten, tree_unflatten
+from funcgrad.tree_util import tree_flatten, tree_map, tree_unflatten
 
 
 class _Rec:
@@ -151,9 +151,10 @@ def _custom_jvp_vjp(ct, *xs, out, rec, index):
     # the jvp rule is linear in the tangents: its vjp at zero tangents is the transpose
     from funcgrad import prims
     from funcgrad.transforms.ad import vjp
-    from funcgrad.core import is_float
+    from funcgrad.core import is_complex, is_float
     n_args = len(xs) - getattr(rec, "n_closed", 0)   # closed-over operands: ad.check_active
-    diff = [i for i, x in enumerate(xs[:n_args]) if is_float(x.dtype)]
+    # real and complex operands are differentiated (complex ones were dropped: zero grads)
+    diff = [i for i, x in enumerate(xs[:n_args]) if is_float(x.dtype) or is_complex(x.dtype)]
     zeros = [prims.zeros_like(xs[i]) for i in diff]
 
     def tangent_out(*ts):
@@ -349,6 +350,37 @@ class custom_jvp:
         """jvp(*nondiff_args, primals, tangents) -> (primal_out, tangent_out)."""
         self.jvp_rule = jvp
         return jvp
+
+    def defjvps(self, *jvps: Callable | None) -> None:
+        """Define the jvp one argument at a time, as JAX's defjvps: jvps[i](t_i, ans, *primals)
+        is the output tangent from argument i's tangent t_i (None: the output does not depend
+        on argument i); the output tangent is their sum.
+
+        Example:
+            >>> import funcgrad, funcgrad.numpy as fnp
+            >>> f = funcgrad.custom_jvp(lambda x, y: x * fnp.sin(y))
+            >>> f.defjvps(lambda tx, ans, x, y: tx * fnp.sin(y),
+            ...           lambda ty, ans, x, y: ty * x * fnp.cos(y))
+            >>> float(funcgrad.grad(f, argnums=1)(2.0, 0.0))
+            2.0
+        """
+        if self.nondiff_argnums:
+            raise TypeError("Can't use ``defjvps`` with ``nondiff_argnums``.")
+
+        def jvp(primals, tangents):
+            if len(jvps) != len(primals):
+                raise TypeError(f"defjvps got {len(jvps)} rules for {len(primals)} arguments")
+            ans = self(*primals)
+            terms = [rule(t, ans, *primals) for rule, t in zip(jvps, tangents)
+                     if rule is not None]
+            if not terms:
+                return ans, tree_map(lambda a: a * 0, ans)
+            total = terms[0]
+            for term in terms[1:]:
+                total = tree_map(lambda a, b: a + b, total, term)
+            return ans, total
+
+        self.defjvp(jvp)
 
     def __call__(self, *args):
         name = getattr(self.fun, "__name__", "custom_jvp")
