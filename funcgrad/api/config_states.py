@@ -63,5 +63,6 @@ explain_cache_misses = ConfigState("explain_retraces")
 """JAX's jax.explain_cache_misses: log (logger "funcgrad.jit") why a jitted function traces
 again (funcgrad's "explain_retraces")."""
 check_indices = ConfigState("check_indices")
-"""``with check_indices():`` out-of-range integer-array indices raise IndexError instead of
-being clamped (JAX's default)."""
+"""``with check_indices(False):`` out-of-range integer-array indices in a gather are clamped
+into range, as JAX's default gather does, instead of raising IndexError (funcgrad's default:
+nothing is clamped silently)."""

@@ -141,7 +141,7 @@ from funcgrad.optim.schedules_piecewise import (
     warmup_constant_schedule,
     warmup_exponential_decay_schedule,
 )
-from funcgrad.optim.transforms import (
+from funcgrad.optim.transforms_basic import (
     ScaleByAdamState,
     ScaleByLionState,
     ScaleByRmsState,

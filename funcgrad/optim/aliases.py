@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from funcgrad.optim.base import GradientTransformation, chain, identity
-from funcgrad.optim.transforms import (
+from funcgrad.optim.transforms_basic import (
     ScalarOrSchedule,
     add_decayed_weights,
     scale_by_adam,

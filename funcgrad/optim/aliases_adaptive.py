@@ -8,7 +8,7 @@ import warnings
 from funcgrad.optim.aliases import adam, adamw, sgd
 from funcgrad.optim.base import GradientTransformationExtraArgs, chain
 from funcgrad.optim.factorized import scale_by_factored_rms
-from funcgrad.optim.transforms import (
+from funcgrad.optim.transforms_basic import (
     ScalarOrSchedule,
     add_decayed_weights,
     scale,

@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 from funcgrad import random
 from funcgrad.tree_util import tree_flatten, tree_unflatten
 from funcgrad.optim.base import GradientTransformation, chain, identity
-from funcgrad.optim.transforms import ScalarOrSchedule, scale_by_learning_rate, trace
+from funcgrad.optim.transforms_basic import ScalarOrSchedule, scale_by_learning_rate, trace
 from funcgrad.optim.transforms_misc import per_example_global_norm_clip
 
 

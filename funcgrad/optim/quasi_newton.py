@@ -18,7 +18,7 @@ from funcgrad.optim.base import (
     tree_zeros_like,
 )
 from funcgrad.optim.linesearch_zoom import _split_fn_kwargs, scale_by_zoom_linesearch
-from funcgrad.optim.transforms import scale, scale_by_learning_rate
+from funcgrad.optim.transforms_basic import scale, scale_by_learning_rate
 
 
 def _vdot(a, b):

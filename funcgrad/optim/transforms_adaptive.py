@@ -23,7 +23,7 @@ from funcgrad.optim.numerics import (
     update_moment,
     update_moment_per_elem_norm,
 )
-from funcgrad.optim.transforms import ScaleByAdamState
+from funcgrad.optim.transforms_basic import ScaleByAdamState
 
 
 def _full_like(tree, value):
