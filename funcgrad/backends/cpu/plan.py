@@ -50,6 +50,7 @@ class Program:
         self.filename = filename
         known = {v: np.asarray(c) for v, c in zip(expr.in_binders[:expr.n_consts], consts)}
         self.steps = steps = fold_constants(build_steps(expr, fuse, blas_held), known)
+        self.known = known   # constants and the values folded from them alone, by var
         keep = {o for o in expr.outs if not isinstance(o, Lit)}
         self.in_place = _in_place(steps, expr, keep, donate)
         # the arguments written in place, checked on every call (CpuPlan._own_donated)

@@ -1,0 +1,220 @@
+"""Compiled loop drivers: a scan or while_loop whose bodies are fused kernels runs as one njit call.
+
+A loop body built into a cpu_plan.Program (cpu_loops) runs its iterations as Python: each step
+calls its kernels through numba's dispatcher, some microseconds an iteration. When every step
+of the body (and of a while_loop's condition) is a fused elementwise kernel, this module writes
+one njit function, the driver, that runs the whole loop: the kernels' functions (the same
+source cpu_kernels generates, so the same machine code and the same bits) are copied into the
+driver's module, and the driver calls them once per iteration, reads x rows, writes y rows and
+renames the carry. Every value a kernel writes has a buffer of its own for the run; a carry a
+kernel writes swaps buffers with the carry it replaces (no copy), any other (a passed-through
+operand, a literal) is copied into a spare buffer, then swapped. The module is
+content-addressed like the kernels' (cpu_kernels.module_from_source), so numba caches the
+driver on disk. Bodies with other steps (BLAS products, numpy calls, loops, callbacks) are not
+driven: they keep cpu_loops' generated Python loop. A while_loop driven here cannot be
+interrupted by Ctrl-C while it runs (it holds no Python frame).
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+
+from funcgrad.backends import kernel_files
+from funcgrad.backends.cpu import kernels as cpu_kernels, ops as cpu_ops
+from funcgrad.backends.cpu.ops import nbt
+from funcgrad.core import Lit
+
+_OPTS = 'cache=True, nogil=True, error_model="numpy"'
+
+
+def enabled() -> bool:
+    """Whether loops whose bodies are fused kernels get drivers (FUNCGRAD_CPU_LOOP_DRIVERS=0:
+    never; read when a loop's bodies are built)."""
+    return os.environ.get("FUNCGRAD_CPU_LOOP_DRIVERS", "1") != "0"
+
+
+def drivable(prog, avals) -> bool:
+    """Whether a body program runs as kernels only, over dtypes njit takes (`avals`: its
+    operands' and results' abstract values)."""
+    return (all(s.kind == "kernel" and s.cluster is not None and not s.stored
+                for s in prog.steps)
+            and all(cpu_ops.supported(a.dtype) for a in avals)
+            and all(cpu_ops.supported(np.asarray(c).dtype) for c in prog.known.values()))
+
+
+class _Source:
+    """The driver's source as it is written: argument specs, kernel functions, lines."""
+
+    def __init__(self):
+        self.params = []   # (name, spec): how Driver.__call__ makes each argument
+        self.functions = {}   # kernel function source -> its name in the module
+        self.helpers = set()
+        self.ref = {}   # var -> (name, "arr" | "arr0" | "scalar")
+        self.bufs = set()   # the names of the buffers kernels write
+        self.n = 0
+
+    def fresh(self, prefix="v"):
+        self.n += 1
+        return f"{prefix}{self.n}"
+
+    def param(self, spec, prefix="a", var=None, form=None):
+        name = self.fresh(prefix)
+        self.params.append((name, spec))
+        if var is not None:
+            self.ref[var] = (name, form or ("arr0" if var.aval.ndim == 0 else "arr"))
+        return name
+
+    def read(self, x) -> str:
+        """x's value: a scalar for rank-0 values (kernels take them by value), else its array."""
+        if isinstance(x, Lit):
+            return kernel_files.literal(x.val, x.aval.dtype, nbt(x.aval.dtype))
+        name, form = self.ref[x]
+        return f"{name}[()]" if form == "arr0" else name
+
+    def body(self, prog, indent) -> list[str]:
+        """The lines running a program's kernel steps (its operands already named); its known
+        constants become arguments, its kernel outputs buffers of their own."""
+        for v, c in prog.known.items():
+            if v not in self.ref:
+                self.param(("known", np.asarray(c, order="C")), "k", v)
+        lines = []
+        for s in prog.steps:
+            fs = cpu_kernels.FusedSource(s.cluster)
+            fn = self.functions.get(fs.function)
+            if fn is None:
+                fn = self.functions[fs.function] = f"kernel{len(self.functions)}"
+                self.helpers |= fs.helpers
+            ins = [self.read(x) for x in fs.inputs]
+            outs = [self.param(("buf", o.aval), "b", o) for o in s.cluster.outputs]
+            self.bufs.update(outs)
+            shape = s.cluster.shape
+            rng = [] if not shape else ["0", str(math.prod(shape) if fs.flat else shape[0])]
+            lines.append(f"{indent}{fn}({', '.join(ins + outs + rng)})")
+        return lines
+
+    def new_carry(self, carry, outs, indent) -> list[str]:
+        """The lines that make `outs` the next iteration's carry (`carry`: the carry names):
+        kernel results swap buffers with the carry they replace, other values are copied into
+        the carry's spare buffer first (all copies before any swap: a copy may read a carry)."""
+        copies, swaps, taken = [], [], set()
+        for c, o in zip(carry, outs):
+            ref = None if isinstance(o, Lit) else self.ref[o]
+            if ref is not None and ref[0] in self.bufs and ref[0] not in taken:
+                taken.add(ref[0])
+                swaps.append(f"{indent}{c}, {ref[0]} = {ref[0]}, {c}")
+                continue
+            spare = self.param(("spare", o.aval), "s")
+            at = "()" if o.aval.ndim == 0 else ":"
+            copies.append(f"{indent}{spare}[{at}] = {self.read(o)}")
+            swaps.append(f"{indent}{c}, {spare} = {spare}, {c}")
+        return copies + swaps
+
+    def module(self, head, lines) -> str:
+        fns = "".join(f.replace("def kernel(", f"def {n}(", 1) for f, n in self.functions.items())
+        args = ", ".join(head + [n for n, _ in self.params])
+        return (cpu_ops.helper_source(self.helpers) + fns + f"\n@njit({_OPTS})\n"
+                f"def driver({args}):\n" + "".join(ln + "\n" for ln in lines))
+
+
+class Driver:
+    """A compiled loop: `driver(bufs)` -> the loop's results, as cpu_loops' runners return
+    them; `runs` counts the runs, `source` is the generated module."""
+
+    def __init__(self, kind, src, lines, head, n_carry, length=0, reverse=False, y_avals=()):
+        self.kind, self.n_carry, self.length, self.reverse = kind, n_carry, length, reverse
+        self.y_avals = list(y_avals)
+        self.params = src.params
+        lines = lines + [f"    return ({''.join(c + ', ' for c in self._carries)})"
+                         if n_carry else "    return 0"]
+        self.source = src.module(head, lines)
+        self._fn = None
+        self.runs = 0
+
+    @property
+    def _carries(self):
+        return [n for n, spec in self.params if spec[0] == "carry"]
+
+    @property
+    def fn(self):
+        """The njit driver (its module imported on first use; numba compiles on first call)."""
+        if self._fn is None:
+            self._fn = cpu_kernels.module_from_source(self.source).driver
+        return self._fn
+
+    def __call__(self, bufs):
+        ys = [np.empty(a.shape, a.dtype) for a in self.y_avals]
+        args = []
+        for _, spec in self.params:
+            kind, what = spec
+            if kind == "operand":
+                i, aval = what
+                args.append(np.asarray(bufs[i], aval.dtype, order="C"))
+            elif kind == "carry":
+                i, aval = what
+                args.append(np.array(bufs[i], aval.dtype, order="C"))   # written: a copy
+            elif kind in ("buf", "spare"):
+                args.append(np.empty(what.shape, what.dtype))
+            elif kind == "ys":
+                args.append(ys[what])
+            else:   # "known"
+                args.append(what)
+        head = [self.length, self.reverse] if self.kind == "scan" else []
+        out = self.fn(*head, *args)
+        self.runs += 1
+        return (list(out) if self.n_carry else []) + ys
+
+
+def scan_driver(ex, body) -> Driver | None:
+    """The driver of a scan (`body`: its cpu_loops.Body), or None when it is not drivable."""
+    prog, expr = body.program, body.expr
+    binders = expr.in_binders[expr.n_consts:]
+    nc, nk = ex.n_consts, ex.n_carry
+    if not drivable(prog, [v.aval for v in binders] + [o.aval for o in expr.outs]
+                    + list(ex.in_avals) + list(ex.out_avals)):
+        return None
+    src = _Source()
+    for i, v in enumerate(binders[:nc]):
+        src.param(("operand", (i, ex.in_avals[i])), "c", v)
+    carry = [src.param(("carry", (nc + k, ex.in_avals[nc + k])), "h", v)
+             for k, v in enumerate(binders[nc:nc + nk])]
+    xs = [src.param(("operand", (nc + nk + j, ex.in_avals[nc + nk + j])), "X")
+          for j in range(len(binders) - nc - nk)]
+    ys = [src.param(("ys", j), "Y") for j in range(len(expr.outs) - nk)]
+    lines = ["    for t in range(n):", "        i = n - 1 - t if rev else t"]
+    for x, v in zip(xs, binders[nc + nk:]):
+        name = src.fresh("x")
+        src.ref[v] = (name, "scalar" if v.aval.ndim == 0 else "arr")
+        lines.append(f"        {name} = {x}[i]")
+    lines += src.body(prog, "        ")
+    lines += [f"        {y}[i] = {src.read(o)}" for y, o in zip(ys, expr.outs[nk:])]
+    lines += src.new_carry(carry, expr.outs[:nk], "        ")
+    return Driver("scan", src, lines, ["n", "rev"], nk, ex.length, ex.reverse,
+                  ex.out_avals[nk:])
+
+
+def while_driver(ex, cond, body) -> Driver | None:
+    """The driver of a while_loop (its condition's and body's cpu_loops.Body), or None."""
+    ncc, nbc = ex.n_cconsts, ex.n_bconsts
+    cb = cond.expr.in_binders[cond.expr.n_consts:]
+    bb = body.expr.in_binders[body.expr.n_consts:]
+    avals = [v.aval for v in cb + bb] + [o.aval for o in cond.expr.outs + body.expr.outs]
+    if not (drivable(cond.program, avals) and drivable(body.program, avals)
+            and all(cpu_ops.supported(a.dtype) for a in ex.in_avals)):
+        return None
+    src = _Source()
+    for i, v in enumerate(cb[:ncc]):
+        src.param(("operand", (i, ex.in_avals[i])), "c", v)
+    for i, v in enumerate(bb[:nbc]):
+        src.param(("operand", (ncc + i, ex.in_avals[ncc + i])), "c", v)
+    carry = []
+    for k, (cv, bv) in enumerate(zip(cb[ncc:], bb[nbc:])):
+        j = ncc + nbc + k
+        carry.append(src.param(("carry", (j, ex.in_avals[j])), "h", bv))
+        src.ref[cv] = src.ref[bv]
+    lines = ["    while True:"] + src.body(cond.program, "        ")
+    lines += [f"        if not {src.read(cond.expr.outs[0])}:", "            break"]
+    lines += src.body(body.program, "        ")
+    lines += src.new_carry(carry, body.expr.outs, "        ")
+    return Driver("while", src, lines, [], len(carry))
