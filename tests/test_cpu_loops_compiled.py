@@ -153,6 +153,44 @@ def test_while_loops():
     check(g, np.int32(5), np.int32(2), np.arange(4))
 
 
+def test_rows_at_traced_indices(rng):
+    table = rng.standard_normal((6, 3))
+    vec = rng.standard_normal(6).astype(np.float32)
+
+    def f(x):   # a row and an element of closed-over arrays at the loop index, a reshape
+        def body(i, c):
+            a, s = c
+            row = fnp.asarray(table)[5 - i]
+            return a * 0.5 + row.reshape(3, 1).reshape(3), s + fnp.asarray(vec)[i - 6]
+        return lax.fori_loop(0, 6, body, (x, np.float32(0)))
+    check(f, np.ones(3))
+
+    def g(xs, k):   # dynamic_slice's one-row slice at a clamped index, an index carry
+        def step(c, x):
+            j, acc = c
+            r = lax.dynamic_index_in_dim(xs, j, keepdims=False)
+            return (j + k, acc + r * x), (r[0], xs[1:4:2, 1:])   # static slices
+        return lax.scan(step, (np.int32(0), np.zeros(3)), xs[:, 0])
+    check(g, table, np.int32(2))
+
+
+def test_an_index_out_of_range_is_named_at_the_users_line():
+    table = np.array([1.0, 2.0])
+
+    def body(c, x):
+        return c + 1, fnp.asarray(table)[c + x]   # out of bounds from the second step
+    line = body.__code__.co_firstlineno + 1
+    with env(**FUSED):
+        jf = jit(lambda xs: lax.scan(body, np.int32(0), xs)[1])
+        for _ in range(2):
+            with pytest.raises(IndexError, match=f"(?s)index 2 is out of bounds for an axis "
+                               f"of size 2.*test_cpu_loops_compiled.py:{line}"):
+                jf(np.ones(4, np.int32))
+        same(jf(np.zeros(2, np.int32) - 1), np.array([2.0, 1.0]))
+        (d,) = drivers_of(jf, np.ones(4, np.int32))
+        assert d.runs == 2   # the two runs that raised (the last call is another plan)
+
+
 _BODIES = {   # dtype kind -> (carry update, y) over a carry c and an x row
     "f": (lambda c, x: c * 0.5 + x, lambda c, x: c - x),
     "i": (lambda c, x: c * 3 + x, lambda c, x: c ^ x),   # integers wrap as in numpy
@@ -248,11 +286,10 @@ def test_uncompilable_bodies_keep_the_python_loop(rng):
     ds = check(nested, np.zeros(3), xs, drivers=1)
     assert ds[0] is None and ds[1] is not None
 
-    table = np.arange(4.0)
-
-    def gather(xs):   # an index into a closed-over array
-        return lax.fori_loop(0, 4, lambda i, a: a + fnp.asarray(table)[i], 0.0) + xs
-    check(gather, xs, drivers=0)
+    def update(xs):   # a scatter (x.at[i].set)
+        return lax.fori_loop(0, 5, lambda i, a: a.at[i].set(fnp.asarray(xs)[i] * 2.0),
+                             fnp.zeros((5, 3)))
+    assert check(update, xs, drivers=0) == [None]
 
 
 def test_a_driver_numba_refuses_falls_back(monkeypatch):
@@ -297,3 +334,16 @@ def test_two_threads_share_a_driver(rng):
     for t in ts:
         t.join()
     assert not errors, errors
+
+
+def test_a_long_scan_fuses_on_the_first_call():
+    def f(x):
+        return lax.fori_loop(0, 100_000, lambda i, x: x * np.float32(0.5) + np.float32(1.0), x)
+    with env(FUNCGRAD_CPU_FUSE=None, FUNCGRAD_CPU_FUSE_AFTER=None):
+        jf = jit(f)
+        got = jf(np.float32(0.0))
+        (d,) = drivers_of(jf, np.float32(0.0))
+        assert d is not None and d.runs == 1 and float(got) == 2.0
+        g = jit(lambda x: lax.fori_loop(0, 10, lambda i, x: x * 0.5 + 1.0, x))
+        g(np.float32(0.0))   # a short loop: its plan runs numpy first, as any plan
+        assert drivers_of(g, np.float32(0.0)) == []

@@ -10,9 +10,12 @@ renames the carry. Every value a kernel writes has a buffer of its own for the r
 kernel writes swaps buffers with the carry it replaces (no copy), any other (a passed-through
 operand, a literal) is copied into a spare buffer, then swapped. The module is
 content-addressed like the kernels' (cpu_kernels.module_from_source), so numba caches the
-driver on disk. Bodies with other steps (BLAS products, numpy calls, loops, callbacks) are not
-driven: they keep cpu_loops' generated Python loop. A while_loop driven here cannot be
-interrupted by Ctrl-C while it runs (it holds no Python frame).
+driver on disk. Besides kernels a driven body may read a row of an array at a traced index
+(`take` along the first axis with one index: a view, the index checked as numpy's impl checks
+it, an error named at the user's line), and slice and reshape values (views; a slice that is
+not a run of rows is copied). Bodies with other steps (BLAS products, other numpy calls,
+loops, callbacks) are not driven: they keep cpu_loops' generated Python loop. A while_loop
+driven here cannot be interrupted by Ctrl-C while it runs (it holds no Python frame).
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import os
 
 import numpy as np
 
+from funcgrad import prims as P
 from funcgrad.backends import kernel_files
 from funcgrad.backends.cpu import kernels as cpu_kernels, ops as cpu_ops
 from funcgrad.backends.cpu.ops import nbt
@@ -35,12 +39,39 @@ def enabled() -> bool:
     return os.environ.get("FUNCGRAD_CPU_LOOP_DRIVERS", "1") != "0"
 
 
+def _take_ok(s) -> bool:
+    x, idx = s.ins
+    return (not isinstance(x, Lit) and not isinstance(idx, Lit) and s.eqn.params["axis"] == 0
+            and idx.aval.shape in ((), (1,)) and idx.aval.dtype != np.uint64
+            and x.aval.shape[0] > 0)
+
+
+def _reshape_ok(s) -> bool:
+    (x,) = s.ins
+    return not isinstance(x, Lit) and (x.aval.ndim > 0 or s.outs[0].aval.ndim == 0)
+
+
+def _slice_ok(s) -> bool:
+    return not isinstance(s.ins[0], Lit) and s.outs[0].aval.size > 0
+
+
+# the numpy steps a driver runs itself: primitive -> whether it can run this step
+VIEWS = {P.take_p: _take_ok, P.reshape_p: _reshape_ok, P.slice_p: _slice_ok}
+
+
+def _step_ok(s) -> bool:
+    if s.kind == "kernel":
+        return s.cluster is not None and not s.stored
+    ok = VIEWS.get(s.eqn.prim)
+    return s.kind == "np" and ok is not None and ok(s)
+
+
 def drivable(prog, avals) -> bool:
-    """Whether a body program runs as kernels only, over dtypes njit takes (`avals`: its
-    operands' and results' abstract values)."""
-    return (all(s.kind == "kernel" and s.cluster is not None and not s.stored
-                for s in prog.steps)
+    """Whether a body program runs as kernels and VIEWS only, over dtypes njit takes (`avals`:
+    its operands' and results' abstract values)."""
+    return (all(_step_ok(s) for s in prog.steps)
             and all(cpu_ops.supported(a.dtype) for a in avals)
+            and all(cpu_ops.supported(v.aval.dtype) for s in prog.steps for v in s.outs)
             and all(cpu_ops.supported(np.asarray(c).dtype) for c in prog.known.values()))
 
 
@@ -53,6 +84,8 @@ class _Source:
         self.helpers = set()
         self.ref = {}   # var -> (name, "arr" | "arr0" | "scalar")
         self.bufs = set()   # the names of the buffers kernels write
+        self.carry = []   # the carry names (an error returns them with its site)
+        self.sites = []   # (equation, axis size) of each checked index, by site number
         self.n = 0
 
     def fresh(self, prefix="v"):
@@ -81,6 +114,9 @@ class _Source:
                 self.param(("known", np.asarray(c, order="C")), "k", v)
         lines = []
         for s in prog.steps:
+            if s.kind == "np":
+                lines += self._view(s, indent)
+                continue
             fs = cpu_kernels.FusedSource(s.cluster)
             fn = self.functions.get(fs.function)
             if fn is None:
@@ -93,6 +129,45 @@ class _Source:
             rng = [] if not shape else ["0", str(math.prod(shape) if fs.flat else shape[0])]
             lines.append(f"{indent}{fn}({', '.join(ins + outs + rng)})")
         return lines
+
+    def _view(self, s, indent) -> list[str]:
+        """The lines of a VIEWS step: its result a view (or, rank 0, a scalar)."""
+        out = s.outs[0]
+        name = self.fresh()
+        self.ref[out] = (name, "scalar" if out.aval.ndim == 0 else "arr")
+        if s.eqn.prim is P.reshape_p:
+            (x,) = s.ins
+            if x.aval.ndim == 0:   # rank 0 to rank 0: the value itself
+                self.ref[out] = self.ref[x]
+                return []
+            if out.aval.ndim == 0:   # one element
+                return [f"{indent}{name} = {self.ref[x][0]}[{', '.join(['0'] * x.aval.ndim)}]"]
+            return [f"{indent}{name} = {self.ref[x][0]}.reshape({tuple(out.aval.shape)})"]
+        if s.eqn.prim is P.slice_p:   # a view of rows; any other slice a contiguous copy
+            (x,) = s.ins
+            p = s.eqn.params
+            parts = [f"{a}:{b}" + (f":{st}" if st != 1 else "") for a, b, st in
+                     zip(p["start_indices"], p["limit_indices"], p["strides"])]
+            rows = all((a, b, st) == (0, d, 1) for a, b, st, d in zip(
+                p["start_indices"][1:], p["limit_indices"][1:], p["strides"][1:],
+                x.aval.shape[1:])) and p["strides"][0] == 1
+            view = f"{self.ref[x][0]}[{', '.join(parts[:1] if rows else parts)}]"
+            return [f"{indent}{name} = {view if rows else f'np.ascontiguousarray({view})'}"]
+        # take: one row (a rank-0 index) or a one-row slice (one index in a vector, as
+        # dynamic_slice gives), its index checked as the numpy impl checks it
+        x, idx = s.ins
+        n, j = x.aval.shape[0], self.fresh("j")
+        site = len(self.sites)
+        self.sites.append((s.eqn, n))
+        back = "".join(c + ", " for c in self.carry)
+        at = self.read(idx) if idx.aval.ndim == 0 else f"{self.ref[idx][0]}[0]"
+        row = f"{j}:{j} + 1" if idx.aval.ndim else j
+        return [f"{indent}{j} = int64({at})",
+                f"{indent}if {j} < {-n} or {j} >= {n}:",
+                f"{indent}    return ({site}, {j}, {back})",
+                f"{indent}if {j} < 0:",
+                f"{indent}    {j} += {n}",
+                f"{indent}{name} = {self.ref[x][0]}[{row}]"]
 
     def new_carry(self, carry, outs, indent) -> list[str]:
         """The lines that make `outs` the next iteration's carry (`carry`: the carry names):
@@ -125,9 +200,9 @@ class Driver:
     def __init__(self, kind, src, lines, head, n_carry, length=0, reverse=False, y_avals=()):
         self.kind, self.n_carry, self.length, self.reverse = kind, n_carry, length, reverse
         self.y_avals = list(y_avals)
-        self.params = src.params
-        lines = lines + [f"    return ({''.join(c + ', ' for c in self._carries)})"
-                         if n_carry else "    return 0"]
+        self.params, self.sites = src.params, src.sites
+        # every return is (site, bad index, *carry): site -1 when the loop ran to its end
+        lines = lines + [f"    return (-1, 0, {''.join(c + ', ' for c in self._carries)})"]
         self.source = src.module(head, lines)
         self._fn = None
         self.runs = 0
@@ -161,9 +236,13 @@ class Driver:
             else:   # "known"
                 args.append(what)
         head = [self.length, self.reverse] if self.kind == "scan" else []
-        out = self.fn(*head, *args)
+        site, bad, *carry = self.fn(*head, *args)
         self.runs += 1
-        return (list(out) if self.n_carry else []) + ys
+        if site >= 0:   # an index out of range: named at its equation, as cpu_loops names it
+            e, n = self.sites[site]
+            raise IndexError(f"take: index {bad} is out of bounds for an axis of size {n} "
+                             f"(1 of 1 indices out of range)\n  at {e.src}")
+        return carry + ys
 
 
 def scan_driver(ex, body) -> Driver | None:
@@ -177,8 +256,8 @@ def scan_driver(ex, body) -> Driver | None:
     src = _Source()
     for i, v in enumerate(binders[:nc]):
         src.param(("operand", (i, ex.in_avals[i])), "c", v)
-    carry = [src.param(("carry", (nc + k, ex.in_avals[nc + k])), "h", v)
-             for k, v in enumerate(binders[nc:nc + nk])]
+    carry = src.carry = [src.param(("carry", (nc + k, ex.in_avals[nc + k])), "h", v)
+                         for k, v in enumerate(binders[nc:nc + nk])]
     xs = [src.param(("operand", (nc + nk + j, ex.in_avals[nc + nk + j])), "X")
           for j in range(len(binders) - nc - nk)]
     ys = [src.param(("ys", j), "Y") for j in range(len(expr.outs) - nk)]
@@ -213,6 +292,7 @@ def while_driver(ex, cond, body) -> Driver | None:
         j = ncc + nbc + k
         carry.append(src.param(("carry", (j, ex.in_avals[j])), "h", bv))
         src.ref[cv] = src.ref[bv]
+    src.carry = carry
     lines = ["    while True:"] + src.body(cond.program, "        ")
     lines += [f"        if not {src.read(cond.expr.outs[0])}:", "            break"]
     lines += src.body(body.program, "        ")
