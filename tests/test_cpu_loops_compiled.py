@@ -174,6 +174,26 @@ def test_rows_at_traced_indices(rng):
     check(g, table, np.int32(2))
 
 
+_SUMS = [((7,), (0,)), ((3, 5), (1,)), ((2, 3, 4), (2,)), ((4, 3), (0,)), ((2, 3, 4), (0, 1)),
+         ((300,), (0,)), ((2, 1000), (1,))]
+
+
+@given(case=st.sampled_from(_SUMS), dtype=st.sampled_from(["float32", "float64", "int8",
+                                                           "int64", "uint16"]),
+       n=st.integers(0, 3), seed=st.integers(0, 2 ** 16))
+def test_sums_in_a_body_equal_numpys(case, dtype, n, seed):
+    shape, axes = case
+    r = np.random.default_rng(seed)
+    xs = (r.standard_normal((n,) + shape) * 100).astype(dtype)
+
+    def f(xs):
+        def step(c, x):
+            s = fnp.sum(x, axis=axes, dtype=x.dtype)
+            return c + fnp.sum(x, dtype=x.dtype), (s, fnp.sum(x * x, axis=axes, dtype=x.dtype))
+        return lax.scan(step, fnp.zeros((), xs.dtype), xs)
+    check(f, xs, calls=1)
+
+
 def test_an_index_out_of_range_is_named_at_the_users_line():
     table = np.array([1.0, 2.0])
 

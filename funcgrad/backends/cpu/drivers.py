@@ -12,10 +12,12 @@ operand, a literal) is copied into a spare buffer, then swapped. The module is
 content-addressed like the kernels' (cpu_kernels.module_from_source), so numba caches the
 driver on disk. Besides kernels a driven body may read a row of an array at a traced index
 (`take` along the first axis with one index: a view, the index checked as numpy's impl checks
-it, an error named at the user's line), and slice and reshape values (views; a slice that is
-not a run of rows is copied). Bodies with other steps (BLAS products, other numpy calls,
-loops, callbacks) are not driven: they keep cpu_loops' generated Python loop. A while_loop
-driven here cannot be interrupted by Ctrl-C while it runs (it holds no Python frame).
+it, an error named at the user's line), slice and reshape values (views; a slice that is not
+a run of rows is copied) and sum them where the plan's njit sums are numpy's bit for bit
+(floats pairwise along the last axis or over every axis, rows added in order over leading
+axes, integers over any). Bodies with other steps (BLAS products, other numpy calls, loops,
+callbacks) are not driven: they keep cpu_loops' generated Python loop. A while_loop driven
+here cannot be interrupted by Ctrl-C while it runs (it holds no Python frame).
 """
 from __future__ import annotations
 
@@ -26,9 +28,9 @@ import numpy as np
 
 from funcgrad import prims as P
 from funcgrad.backends import kernel_files
-from funcgrad.backends.cpu import kernels as cpu_kernels, ops as cpu_ops
+from funcgrad.backends.cpu import kernels as cpu_kernels, ops as cpu_ops, rows as cpu_rows
 from funcgrad.backends.cpu.ops import nbt
-from funcgrad.core import Lit
+from funcgrad.core import Lit, ShapedArray
 
 _OPTS = 'cache=True, nogil=True, error_model="numpy"'
 
@@ -55,20 +57,45 @@ def _slice_ok(s) -> bool:
     return not isinstance(s.ins[0], Lit) and s.outs[0].aval.size > 0
 
 
+def _sum_kind(s):
+    """How a driver sums: "rows" (cpu_rows' twin of numpy's pairwise sums along the last
+    axis), "all" (every axis of a float array: one row), "cols" (over leading axes, adding
+    rows in numpy's order: cpu_kernels' column sum), "ints" (integers over any axes: any
+    order wraps alike), or None."""
+    (x,) = s.ins
+    a, axes = x.aval, tuple(s.eqn.params["axes"])
+    if isinstance(x, Lit) or not a.size or not axes:
+        return None
+    if a.dtype.kind in "iu":
+        return "ints"
+    if a.dtype.kind not in "fiu":
+        return None
+    if a.dtype.kind == "f" and axes == (a.ndim - 1,) and cpu_rows.rows_ok(a):
+        return "rows"
+    if a.dtype.kind == "f" and axes == tuple(range(a.ndim)) and cpu_rows.rows_ok(
+            ShapedArray((a.size,), a.dtype)):   # numpy sums a contiguous array as one row
+        return "all"
+    k = len(axes)
+    if axes == tuple(range(k)) and k < a.ndim and math.prod(a.shape[k:]) >= 2:
+        return "cols"
+    return None
+
+
 # the numpy steps a driver runs itself: primitive -> whether it can run this step
-VIEWS = {P.take_p: _take_ok, P.reshape_p: _reshape_ok, P.slice_p: _slice_ok}
+OTHER_STEPS = {P.take_p: _take_ok, P.reshape_p: _reshape_ok, P.slice_p: _slice_ok,
+               P.reduce_sum_p: lambda s: _sum_kind(s) is not None}
 
 
 def _step_ok(s) -> bool:
     if s.kind == "kernel":
         return s.cluster is not None and not s.stored
-    ok = VIEWS.get(s.eqn.prim)
-    return s.kind == "np" and ok is not None and ok(s)
+    ok = OTHER_STEPS.get(s.eqn.prim)
+    return s.kind in ("np", "into") and ok is not None and ok(s)
 
 
 def drivable(prog, avals) -> bool:
-    """Whether a body program runs as kernels and VIEWS only, over dtypes njit takes (`avals`:
-    its operands' and results' abstract values)."""
+    """Whether a body program runs as kernels and OTHER_STEPS only, over dtypes njit takes
+    (`avals`: its operands' and results' abstract values)."""
     return (all(_step_ok(s) for s in prog.steps)
             and all(cpu_ops.supported(a.dtype) for a in avals)
             and all(cpu_ops.supported(v.aval.dtype) for s in prog.steps for v in s.outs)
@@ -86,6 +113,7 @@ class _Source:
         self.bufs = set()   # the names of the buffers kernels write
         self.carry = []   # the carry names (an error returns them with its site)
         self.sites = []   # (equation, axis size) of each checked index, by site number
+        self.globals = {}   # njit functions of other modules the driver calls, by name
         self.n = 0
 
     def fresh(self, prefix="v"):
@@ -114,8 +142,9 @@ class _Source:
                 self.param(("known", np.asarray(c, order="C")), "k", v)
         lines = []
         for s in prog.steps:
-            if s.kind == "np":
-                lines += self._view(s, indent)
+            if s.kind != "kernel":
+                lines += (self._sum(s, indent) if s.eqn.prim is P.reduce_sum_p
+                          else self._view(s, indent))
                 continue
             fs = cpu_kernels.FusedSource(s.cluster)
             fn = self.functions.get(fs.function)
@@ -130,8 +159,45 @@ class _Source:
             lines.append(f"{indent}{fn}({', '.join(ins + outs + rng)})")
         return lines
 
+    def _sum(self, s, indent) -> list[str]:
+        """The lines of a reduce_sum (see _sum_kind), the numpy impl's result bit for bit."""
+        (x,), out = s.ins, s.outs[0]
+        a, kind = x.aval, _sum_kind(s)
+        xs = self.ref[x][0]
+        t = nbt(out.aval.dtype)
+        if kind == "ints" and out.aval.ndim == 0:   # in uint64, then wrapped to the dtype
+            name, q = self.fresh(), self.fresh("q")
+            self.ref[out] = (name, "scalar")
+            return [f"{indent}{name} = uint64(0)",
+                    f"{indent}for {q} in {xs}.ravel():",
+                    f"{indent}    {name} += uint64({q})",
+                    f"{indent}{name} = {t}({name})"]
+        b = self.param(("buf", out.aval), "b", out)
+        self.bufs.add(b)
+        if kind == "ints":   # every element added into its place, wrapping as above
+            qs = [self.fresh("q") for _ in a.shape]
+            kept = [q for d, q in enumerate(qs) if d not in s.eqn.params["axes"]]
+            lines = [f"{indent}{b}[:] = 0"]
+            for d, q in enumerate(qs):
+                lines.append(f"{indent}{'    ' * d}for {q} in range({a.shape[d]}):")
+            at = ", ".join(kept)
+            lines.append(f"{indent}{'    ' * a.ndim}{b}[{at}] = {t}(uint64({b}[{at}]) + "
+                         f"uint64({xs}[{', '.join(qs)}]))")
+            return lines
+        if kind in ("rows", "all"):
+            fn = f"row_sums_{a.dtype.name}"
+            self.globals[fn] = cpu_rows.row_sums_kernel(a.dtype)
+            m, n = (math.prod(a.shape[:-1]), a.shape[-1]) if kind == "rows" else (1, a.size)
+        else:
+            fn = "col_sums"
+            self.globals[fn] = cpu_kernels.colsum_kernel()
+            k = len(s.eqn.params["axes"])
+            m, n = math.prod(a.shape[:k]), math.prod(a.shape[k:])
+        size = n if kind == "cols" else m
+        return [f"{indent}{fn}({xs}.reshape(({m}, {n})), {b}.reshape(({size},)))"]
+
     def _view(self, s, indent) -> list[str]:
-        """The lines of a VIEWS step: its result a view (or, rank 0, a scalar)."""
+        """The lines of a take, reshape or slice: its result a view (or, rank 0, a scalar)."""
         out = s.outs[0]
         name = self.fresh()
         self.ref[out] = (name, "scalar" if out.aval.ndim == 0 else "arr")
@@ -200,7 +266,7 @@ class Driver:
     def __init__(self, kind, src, lines, head, n_carry, length=0, reverse=False, y_avals=()):
         self.kind, self.n_carry, self.length, self.reverse = kind, n_carry, length, reverse
         self.y_avals = list(y_avals)
-        self.params, self.sites = src.params, src.sites
+        self.params, self.sites, self.globals = src.params, src.sites, src.globals
         # every return is (site, bad index, *carry): site -1 when the loop ran to its end
         lines = lines + [f"    return (-1, 0, {''.join(c + ', ' for c in self._carries)})"]
         self.source = src.module(head, lines)
@@ -215,7 +281,9 @@ class Driver:
     def fn(self):
         """The njit driver (its module imported on first use; numba compiles on first call)."""
         if self._fn is None:
-            self._fn = cpu_kernels.module_from_source(self.source).driver
+            mod = cpu_kernels.module_from_source(self.source)
+            vars(mod).update(self.globals)   # before numba resolves them (first call)
+            self._fn = mod.driver
         return self._fn
 
     def __call__(self, bufs):
