@@ -194,6 +194,36 @@ def test_sums_in_a_body_equal_numpys(case, dtype, n, seed):
     check(f, xs, calls=1)
 
 
+@given(case=st.sampled_from(_SUMS[:5]), dtype=st.sampled_from(["int8", "uint32", "bool"]),
+       n=st.integers(0, 3), seed=st.integers(0, 2 ** 16))
+def test_integer_max_and_min_in_a_body_equal_numpys(case, dtype, n, seed):
+    shape, axes = case
+    xs = np.random.default_rng(seed).integers(0, 200, (n,) + shape).astype(dtype)
+
+    def f(xs):
+        def step(c, x):
+            return c + fnp.max(x).astype(np.int32), (fnp.min(x, axis=axes),
+                                                    fnp.max(x, axis=axes))
+        return lax.scan(step, np.int32(0), xs)
+    check(f, xs, calls=1)
+
+
+def test_a_vmapped_while_loop_is_driven():
+    def f(x):   # the batched condition: until every member is done (a boolean max)
+        return lax.while_loop(lambda c: c < 10.0, lambda c: c * 1.5 + 0.1, x)
+    check(funcgrad.vmap(f), np.arange(5.0) + 0.5)
+
+
+def test_a_long_while_loop_runs_in_chunks(monkeypatch):
+    monkeypatch.setattr(cpu_drivers, "WHILE_CHUNK", 7)   # 100 iterations: 15 calls
+
+    def f(x, v):
+        return lax.while_loop(lambda c: c[0] < 100, lambda c: (c[0] + 1, c[1] * 0.5 + c[0]),
+                              (x, v))
+    (d,) = check(f, np.int32(0), np.arange(3.0))
+    assert d.kind == "while"
+
+
 def test_an_index_out_of_range_is_named_at_the_users_line():
     table = np.array([1.0, 2.0])
 

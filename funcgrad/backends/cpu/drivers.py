@@ -13,11 +13,12 @@ content-addressed like the kernels' (cpu_kernels.module_from_source), so numba c
 driver on disk. Besides kernels a driven body may read a row of an array at a traced index
 (`take` along the first axis with one index: a view, the index checked as numpy's impl checks
 it, an error named at the user's line), slice and reshape values (views; a slice that is not
-a run of rows is copied) and sum them where the plan's njit sums are numpy's bit for bit
-(floats pairwise along the last axis or over every axis, rows added in order over leading
-axes, integers over any). Bodies with other steps (BLAS products, other numpy calls, loops,
-callbacks) are not driven: they keep cpu_loops' generated Python loop. A while_loop driven
-here cannot be interrupted by Ctrl-C while it runs (it holds no Python frame).
+a run of rows is copied), sum them where the plan's njit sums are numpy's bit for bit (floats
+pairwise along the last axis or over every axis, rows added in order over leading axes,
+integers over any), and take the maximum or minimum of integers and booleans. Bodies with
+other steps (BLAS products, other numpy calls, loops, callbacks) are not driven: they keep
+cpu_loops' generated Python loop. A while_loop's driver returns to Python every WHILE_CHUNK
+iterations (and is called again), so that Ctrl-C stops it.
 """
 from __future__ import annotations
 
@@ -33,6 +34,9 @@ from funcgrad.backends.cpu.ops import nbt
 from funcgrad.core import Lit, ShapedArray
 
 _OPTS = 'cache=True, nogil=True, error_model="numpy"'
+# a while_loop's driver returns to Python after this many iterations and is called again with
+# its carry, so that Ctrl-C can stop a loop that never ends (about 5 ms of a scalar body)
+WHILE_CHUNK = 1 << 20
 
 
 def enabled() -> bool:
@@ -81,9 +85,18 @@ def _sum_kind(s):
     return None
 
 
+def _choose_ok(s) -> bool:
+    """reduce_max / reduce_min of integers and booleans (exact in any order; floats are not:
+    numpy's SIMD reductions pick between +0.0 and -0.0 in their own order)."""
+    (x,) = s.ins
+    return not isinstance(x, Lit) and x.aval.size > 0 and x.aval.dtype.kind in "iub"
+
+
 # the numpy steps a driver runs itself: primitive -> whether it can run this step
 OTHER_STEPS = {P.take_p: _take_ok, P.reshape_p: _reshape_ok, P.slice_p: _slice_ok,
-               P.reduce_sum_p: lambda s: _sum_kind(s) is not None}
+               P.reduce_sum_p: lambda s: _sum_kind(s) is not None,
+               P.reduce_max_p: _choose_ok, P.reduce_min_p: _choose_ok}
+_CHOOSE = {P.reduce_max_p: ">", P.reduce_min_p: "<"}
 
 
 def _step_ok(s) -> bool:
@@ -143,7 +156,8 @@ class _Source:
         lines = []
         for s in prog.steps:
             if s.kind != "kernel":
-                lines += (self._sum(s, indent) if s.eqn.prim is P.reduce_sum_p
+                lines += (self._sum(s, indent) if s.eqn.prim is P.reduce_sum_p else
+                          self._choose(s, indent) if s.eqn.prim in _CHOOSE
                           else self._view(s, indent))
                 continue
             fs = cpu_kernels.FusedSource(s.cluster)
@@ -195,6 +209,36 @@ class _Source:
             m, n = math.prod(a.shape[:k]), math.prod(a.shape[k:])
         size = n if kind == "cols" else m
         return [f"{indent}{fn}({xs}.reshape(({m}, {n})), {b}.reshape(({size},)))"]
+
+    def _choose(self, s, indent) -> list[str]:
+        """The lines of an integer or boolean reduce_max / reduce_min (see _choose_ok)."""
+        (x,), out = s.ins, s.outs[0]
+        a, op, xs = x.aval, _CHOOSE[s.eqn.prim], self.ref[x][0]
+        dt = np.dtype(a.dtype)
+        if dt.kind == "b":
+            first = op == "<"
+        else:
+            first = np.iinfo(dt).min if op == ">" else np.iinfo(dt).max
+        start = kernel_files.literal(first, dt, nbt(dt))
+        if out.aval.ndim == 0:
+            name, q = self.fresh(), self.fresh("q")
+            self.ref[out] = (name, "scalar")
+            return [f"{indent}{name} = {start}",
+                    f"{indent}for {q} in {xs}.ravel():",
+                    f"{indent}    if {q} {op} {name}:",
+                    f"{indent}        {name} = {q}"]
+        b = self.param(("buf", out.aval), "b", out)
+        self.bufs.add(b)
+        qs = [self.fresh("q") for _ in a.shape]
+        at = ", ".join(q for d, q in enumerate(qs) if d not in s.eqn.params["axes"])
+        v = self.fresh("w")
+        lines = [f"{indent}{b}[:] = {start}"]
+        for d, q in enumerate(qs):
+            lines.append(f"{indent}{'    ' * d}for {q} in range({a.shape[d]}):")
+        pad = indent + "    " * a.ndim
+        return lines + [f"{pad}{v} = {xs}[{', '.join(qs)}]",
+                        f"{pad}if {v} {op} {b}[{at}]:",
+                        f"{pad}    {b}[{at}] = {v}"]
 
     def _view(self, s, indent) -> list[str]:
         """The lines of a take, reshape or slice: its result a view (or, rank 0, a scalar)."""
@@ -303,8 +347,14 @@ class Driver:
                 args.append(ys[what])
             else:   # "known"
                 args.append(what)
-        head = [self.length, self.reverse] if self.kind == "scan" else []
+        head = [self.length, self.reverse] if self.kind == "scan" else [WHILE_CHUNK]
         site, bad, *carry = self.fn(*head, *args)
+        while site == -2:   # a while_loop's chunk ended: Python may raise KeyboardInterrupt
+            at = iter(carry)   # (buffers anew: a carry may be one of the last call's)
+            args = [next(at) if spec[0] == "carry" else np.empty(spec[1].shape, spec[1].dtype)
+                    if spec[0] in ("buf", "spare") else a
+                    for a, (_, spec) in zip(args, self.params)]
+            site, bad, *carry = self.fn(*head, *args)
         self.runs += 1
         if site >= 0:   # an index out of range: named at its equation, as cpu_loops names it
             e, n = self.sites[site]
@@ -361,8 +411,11 @@ def while_driver(ex, cond, body) -> Driver | None:
         carry.append(src.param(("carry", (j, ex.in_avals[j])), "h", bv))
         src.ref[cv] = src.ref[bv]
     src.carry = carry
-    lines = ["    while True:"] + src.body(cond.program, "        ")
-    lines += [f"        if not {src.read(cond.expr.outs[0])}:", "            break"]
+    back = "".join(c + ", " for c in carry)
+    lines = ["    for _ in range(chunk):"] + src.body(cond.program, "        ")
+    lines += [f"        if not {src.read(cond.expr.outs[0])}:",
+              f"            return (-1, 0, {back})"]
     lines += src.body(body.program, "        ")
     lines += src.new_carry(carry, body.expr.outs, "        ")
-    return Driver("while", src, lines, [], len(carry))
+    lines.append(f"    return (-2, 0, {back})")   # not done: called again
+    return Driver("while", src, lines, ["chunk"], len(carry))
