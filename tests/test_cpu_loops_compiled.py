@@ -397,3 +397,18 @@ def test_a_long_scan_fuses_on_the_first_call():
         g = jit(lambda x: lax.fori_loop(0, 10, lambda i, x: x * 0.5 + 1.0, x))
         g(np.float32(0.0))   # a short loop: its plan runs numpy first, as any plan
         assert drivers_of(g, np.float32(0.0)) == []
+
+
+def test_read_only_and_strided_operands(rng):
+    table = rng.standard_normal((8, 4))
+
+    def f(t, xs):
+        return lax.scan(lambda c, x: (c * 0.5 + t[0] * x, c), t[1], xs)
+    xs = rng.standard_normal((6, 4))
+    with env(**FUSED):
+        jf = jit(f)
+        for t, x in [(table, xs), (funcgrad.device_put(table, "cpu"), xs[:, ::-1]),
+                     (np.asfortranarray(table), funcgrad.device_put(xs, "cpu"))]:
+            same(jf(t, x), f(np.asarray(t), np.asarray(x)))
+        (d,) = drivers_of(jf, table, xs)
+        assert d.runs == 3

@@ -182,13 +182,13 @@ def bodies(ex: ExecRec, fuse: bool) -> Bodies:
 
 def _drive(bs, bufs):
     """The loop's results from its compiled driver (cpu_drivers), or None when it has none
-    or numba refused it on its first run (it then runs from Python, as before)."""
+    or numba refused to compile it (the loop then runs from Python, as before)."""
     d = bs.driver
     if d is None:
         return None
-    if d.runs:
-        return d(bufs)
     try:
+        if d.runs:   # (numba may still compile: arguments of another type, read-only ones)
+            return d(bufs)
         with compile_quietly():
             return d(bufs)
     except Exception as err:   # only numba's own errors are handled here
