@@ -72,13 +72,12 @@ def _sum_kind(s):
         return None
     if a.dtype.kind in "iu":
         return "ints"
-    if a.dtype.kind not in "fiu":
+    if a.dtype.kind != "f":
         return None
-    if a.dtype.kind == "f" and axes == (a.ndim - 1,) and cpu_rows.rows_ok(a):
+    if axes == (a.ndim - 1,) and cpu_rows.rows_ok(a):
         return "rows"
-    if a.dtype.kind == "f" and axes == tuple(range(a.ndim)) and cpu_rows.rows_ok(
-            ShapedArray((a.size,), a.dtype)):   # numpy sums a contiguous array as one row
-        return "all"
+    if axes == tuple(range(a.ndim)) and cpu_rows.rows_ok(ShapedArray((a.size,), a.dtype)):
+        return "all"   # numpy sums a contiguous array as one row
     k = len(axes)
     if axes == tuple(range(k)) and k < a.ndim and math.prod(a.shape[k:]) >= 2:
         return "cols"
