@@ -172,10 +172,12 @@ class FusedSource:
                                                    if j not in self.into]
                 + (["lo", "hi"] if rank else []))
         opts = 'cache=True, nogil=True, error_model="numpy"'
-        src = cpu_ops.helper_source(helpers)
-        src += f"\n@njit({opts})\ndef kernel({', '.join(args)}):\n"
-        src += "".join(f"    {ln}\n" for ln in pre + lines)
-        return src
+        fn = f"\n@njit({opts})\ndef kernel({', '.join(args)}):\n"
+        fn += "".join(f"    {ln}\n" for ln in pre + lines)
+        # the parts, for modules that hold several kernels (cpu_drivers): the helpers it
+        # calls ((name, compute type) pairs) and the kernel function alone
+        self.helpers, self.function = helpers, fn
+        return cpu_ops.helper_source(helpers) + fn
 
 
 def _split_stores(eqns, out_lines, deps):

@@ -31,6 +31,7 @@ from funcgrad import prims as P
 from funcgrad.core import FuncgradError
 from funcgrad.prims.loops import ExecRec, loop_out_p, loop_run_effect_p, loop_run_p
 from funcgrad.prims import IndexOutOfRange
+from funcgrad.backends.cpu import drivers as cpu_drivers
 from funcgrad.backends.cpu.blas import one_thread, serial_flops
 from funcgrad.backends.cpu.plan import Program, compile_quietly
 from funcgrad.backends.cpu.steps import STEP_BUILDERS, exact_only
@@ -131,6 +132,7 @@ class Bodies(list):
         super().__init__(items)
         self.serial = serial
         self.loop = None   # a while_loop's generated loop (_while_loop)
+        self.driver = None   # the whole loop as one njit function (cpu_drivers), if drivable
 
 
 def _serial_only(expr) -> bool | None:
@@ -171,7 +173,32 @@ def bodies(ex: ExecRec, fuse: bool) -> Bodies:
                                   serial)
         if ex.kind == "while":
             hit.loop = _while_loop(*hit, ex.n_cconsts, ex.n_bconsts)
+        if fuse and cpu_drivers.enabled() and ex.kind == "scan":
+            hit.driver = cpu_drivers.scan_driver(ex, hit[0])
+        elif fuse and cpu_drivers.enabled() and ex.kind == "while":
+            hit.driver = cpu_drivers.while_driver(ex, *hit)
     return hit
+
+
+def _drive(bs, bufs):
+    """The loop's results from its compiled driver (cpu_drivers), or None when it has none
+    or numba refused to compile it (the loop then runs from Python, as before)."""
+    d = bs.driver
+    if d is None:
+        return None
+    try:
+        if d.runs:   # (numba may still compile: arguments of another type, read-only ones)
+            return d(bufs)
+        with compile_quietly():
+            return d(bufs)
+    except Exception as err:   # only numba's own errors are handled here
+        if not type(err).__module__.startswith("numba"):
+            raise
+        bs.driver = None
+        warnings.warn(f"funcgrad: a compiled CPU loop driver failed to compile "
+                      f"({type(err).__name__}: {str(err).splitlines()[0]}); the loop runs its "
+                      "iterations from Python instead", RuntimeWarning, stacklevel=2)
+        return None
 
 
 _NAME = re.compile(r"\b((?:f|s)?v\d+|as\d+|bufs)\b")   # the names a Program's lines use
@@ -221,6 +248,9 @@ def _while_loop(cond, body, ncc, nbc):
 
 
 def _scan(ex, bufs, bs):
+    res = _drive(bs, bufs)
+    if res is not None:
+        return res
     (body,) = bs
     nc, nk, n = ex.n_consts, ex.n_carry, ex.length
     consts, carry, xs = list(bufs[:nc]), list(bufs[nc:nc + nk]), bufs[nc + nk:]
@@ -243,6 +273,9 @@ def _scan(ex, bufs, bs):
 
 
 def _while(ex, bufs, bs):
+    res = _drive(bs, bufs)
+    if res is not None:
+        return res
     cond, body = bs
     ncc, nbc = ex.n_cconsts, ex.n_bconsts
     cconsts, bconsts = list(bufs[:ncc]), list(bufs[ncc:ncc + nbc])

@@ -8,8 +8,9 @@ given by liveness (cpu_memory); results the caller receives are fresh arrays, or
 donated arguments (jit's donate_argnums) that kernels update in place.
 
 Kernels are compiled when a plan has run FUNCGRAD_CPU_FUSE_AFTER times (default 2: a function
-called once or twice never waits for numba); until then, and for clusters that njit cannot
-take (float16), elementwise equations run as numpy calls. FUNCGRAD_CPU_FUSE=0 turns kernels off.
+called once or twice never waits for numba; at once when it runs a scan of LONG_LOOP steps);
+until then, and for clusters that njit cannot take (float16), elementwise equations run as
+numpy calls. FUNCGRAD_CPU_FUSE=0 turns kernels off.
 Large products pick OpenBLAS's threads or one thread by measured time (cpu_blas); kernels
 run on one thread unless FUNCGRAD_CPU_SPLIT_WORK asks for chunks on two (cpu_parallel).
 """
@@ -38,6 +39,17 @@ def fuse_after() -> int | None:
     return int(os.environ.get("FUNCGRAD_CPU_FUSE_AFTER", "2"))
 
 
+# a scan of this many iterations makes its plan fuse on the first call: its numpy program
+# costs microseconds an iteration (a 1,000,000-step scalar scan ran 2.4-4.8 s a call), more
+# than numba takes to compile the loop (cpu_drivers: 8 ms a call after it)
+LONG_LOOP = 100_000
+
+
+def _long_loop(expr) -> bool:
+    return any(e.prim.name == "loop_run" and e.params["rec"].kind == "scan"
+               and e.params["rec"].length >= LONG_LOOP for e in expr.eqns)
+
+
 class Program:
     """A generated function plan(args, bufs) for one expression, fused or not."""
 
@@ -50,6 +62,7 @@ class Program:
         self.filename = filename
         known = {v: np.asarray(c) for v, c in zip(expr.in_binders[:expr.n_consts], consts)}
         self.steps = steps = fold_constants(build_steps(expr, fuse, blas_held), known)
+        self.known = known   # constants and the values folded from them alone, by var
         keep = {o for o in expr.outs if not isinstance(o, Lit)}
         self.in_place = _in_place(steps, expr, keep, donate)
         # the arguments written in place, checked on every call (CpuPlan._own_donated)
@@ -206,6 +219,8 @@ class CpuPlan:
         self.calls = 0
         self.out_avals = [o.aval for o in expr.outs]
         self._after = fuse_after()
+        if self._after and _long_loop(expr):
+            self._after = 0
         self._lock = threading.Lock()
         self._use(self._program(fuse=self._after == 0))
 
