@@ -431,16 +431,38 @@ def _open_bound(v, dtype, toward):
     return fnp.asarray(np.nextafter(np.asarray(v, dtype), np.array(toward, dtype)))
 
 
-def gumbel(key, shape=(), dtype=None):
+def gumbel(key, shape=(), dtype=None, mode=None):
     """Standard Gumbel samples: ``-log(-log(u))`` with u uniform in (tiny, 1).
+
+    Args:
+        key: a ``uint32[2]`` key.
+        shape: the output shape.
+        dtype: a float dtype (float32 by default).
+        mode: ``None`` or ``"low"`` (one uniform draw per sample, JAX's default), or
+            ``"high"`` (two draws per sample, so that small uniforms keep their precision:
+            JAX's recipe, the same numbers).
+
+    Returns:
+        An array of ``shape`` and ``dtype``.
 
     Example:
         >>> gumbel(key(0), (4,)).shape
         (4,)
     """
     dtype = _float_dtype(dtype, "gumbel")
-    u = uniform(key, shape, dtype, float(np.finfo(dtype).tiny), 1.0)
-    return -fnp.log(-fnp.log(u))
+    shape = _shape(shape)
+    if mode in (None, "low"):
+        u = uniform(key, shape, dtype, float(np.finfo(dtype).tiny), 1.0)
+        return -fnp.log(-fnp.log(u))
+    if mode == "high":
+        info = np.finfo(dtype)
+        both = uniform(key, (2,) + shape, dtype, 0.0, 1.0)
+        high, low = both[0], both[1]
+        x = fnp.where(high >= 0.5, high,
+                      high + np.asarray(2.0 ** -info.nmant, dtype) * low
+                      + np.asarray(info.tiny, dtype))
+        return -fnp.log(-fnp.log1p(-x))
+    raise ValueError(f"gumbel: mode must be None, 'low' or 'high', got {mode!r}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -526,8 +548,14 @@ def bernoulli(key, p=0.5, shape=None):
     return uniform(key, shape, p.dtype) < p
 
 
-def categorical(key, logits, axis: int = -1, shape=None):
+def categorical(key, logits, axis: int = -1, shape=None, replace: bool = True, mode=None):
     """Samples class indices from unnormalized log-probabilities (the Gumbel-max trick).
+
+    JAX's recipe, so the same key gives JAX's draws: with replacement, the argmax over the
+    class axis of ``logits + gumbel(key, ...)`` (one Gumbel sample per class and draw);
+    without, the classes of the ``k`` largest of ``logits + gumbel(key, logits.shape)``, where
+    ``k`` is the number of draws per batch element. Classes whose logit is ``-inf`` are never
+    drawn (while a finite one is left).
 
     Args:
         key: a ``uint32[2]`` key.
@@ -535,16 +563,27 @@ def categorical(key, logits, axis: int = -1, shape=None):
         axis: the class axis.
         shape: the output shape; it must end with the batch shape of ``logits`` (its shape
             without ``axis``), and any leading axes draw independent samples.
+        replace: whether the leading axes' draws are with replacement (independent) or
+            without (distinct classes, at most the number of classes of them).
+        mode: the Gumbel noise's precision (see :func:`gumbel`).
 
     Returns:
         int32 class indices of ``shape``.
+
+    Raises:
+        ValueError: a ``shape`` that does not end with the batch shape, or more draws
+            without replacement than classes.
 
     Example:
         >>> logits = fnp.log(fnp.asarray([0.2, 0.8]))
         >>> categorical(key(0), logits, shape=(1000,)).shape
         (1000,)
+        >>> sorted(categorical(key(1), fnp.zeros(5), shape=(5,), replace=False).tolist())
+        [0, 1, 2, 3, 4]
     """
     logits = fnp.asarray(logits)
+    if logits.ndim == 0:
+        raise ValueError("categorical: logits must have at least one axis (the classes)")
     ax = axis % logits.ndim
     batch_shape = tuple(s for i, s in enumerate(logits.shape) if i != ax)
     shape = batch_shape if shape is None else _shape(shape)
@@ -552,9 +591,18 @@ def categorical(key, logits, axis: int = -1, shape=None):
         raise ValueError(f"categorical: shape {shape} must end with the logits' batch shape "
                          f"{batch_shape}")
     prefix = shape[:len(shape) - len(batch_shape)]
+    if not replace:
+        k = math.prod(prefix)
+        n = logits.shape[ax]
+        if k > n:
+            raise ValueError(f"categorical: number of samples without replacement ({k}) cannot "
+                             f"exceed the number of categories ({n})")
+        noisy = logits + gumbel(key, logits.shape, logits.dtype, mode)
+        _, idx = lax.top_k(fnp.moveaxis(noisy, ax, -1), k)       # batch_shape + (k,)
+        return fnp.reshape(fnp.moveaxis(idx, -1, 0), shape)
     sample_shape = list(shape[len(prefix):])
     sample_shape.insert(ax, logits.shape[ax])
-    noise = gumbel(key, prefix + tuple(sample_shape), logits.dtype)
+    noise = gumbel(key, prefix + tuple(sample_shape), logits.dtype, mode)
     expanded = fnp.reshape(logits, (1,) * len(prefix) + tuple(logits.shape))
     return fnp.argmax(noise + expanded, axis=len(prefix) + ax)
 

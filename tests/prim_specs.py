@@ -327,6 +327,22 @@ def _make_take(rng, shape, dtype, for_grad):
     return [rand(rng, shape, dtype), idx], {"axis": axis}
 
 
+def _dyn_starts(rng, shape, sizes):
+    """Int32 0-d start operands, some outside [0, n - m] (the primitive clamps them)."""
+    return [np.asarray(rng.integers(-2, n - m + 3), I32) for n, m in zip(shape, sizes)]
+
+
+def _make_dynamic_slice(rng, shape, dtype, for_grad):
+    sizes = tuple(int(rng.integers(0, n + 1)) for n in shape)
+    return [rand(rng, shape, dtype)] + _dyn_starts(rng, shape, sizes), {"slice_sizes": sizes}
+
+
+def _make_dynamic_update_slice(rng, shape, dtype, for_grad):
+    sizes = tuple(int(rng.integers(0, n + 1)) for n in shape)
+    return [rand(rng, shape, dtype), rand(rng, sizes, dtype)] + _dyn_starts(rng, shape,
+                                                                            sizes), {}
+
+
 def _make_scatter(unique):
     def make(rng, shape, dtype, for_grad):
         axis = int(rng.integers(len(shape)))
@@ -475,6 +491,11 @@ def _specs() -> dict[str, PrimSpec]:
         domain="indices in [-n, n), repeats allowed")
     add("scatter", _make_scatter(True), dtypes=NUMERIC + (BOOL,), diff_argnums=(0, 2),
         min_ndim=1, domain="distinct indices in [-n, n)")
+    # dynamic slicing (traced starts, clamped so the window fits)
+    add("dynamic_slice", _make_dynamic_slice, dtypes=NUMERIC + (BOOL,), diff_argnums=(0,),
+        domain="random window sizes; int32 starts in [-2, n - m + 2]")
+    add("dynamic_update_slice", _make_dynamic_update_slice, dtypes=NUMERIC + (BOOL,),
+        diff_argnums=(0, 1), domain="random update sizes; int32 starts in [-2, n - m + 2]")
     # contraction
     add("dot_general", _make_dot, dtypes=FLOATS + (I32,), diff_argnums=(0, 1),
         domain="random batch/contract/free roles for the lhs axes; shape_case is the lhs",

@@ -21,7 +21,7 @@ from funcgrad.cuda.arrays import from_host, to_host
 
 _EW_COMPLEX = sx.COMPLEX
 _LAYOUT = {"broadcast_in_dim", "reshape", "transpose", "slice", "rev", "pad", "concatenate",
-           "take", "copy"}
+           "take", "copy", "dynamic_slice", "dynamic_update_slice"}
 
 
 def _complex_sum(bufs, params, aval):

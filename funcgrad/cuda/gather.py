@@ -21,6 +21,9 @@ index (`path` chooses by sizes):
   LSD radix sort of T-way digits, each pass: per-chunk digit ranks and counts, a multi-block
   scan of the digit-major count table, a scatter), then one thread per (run of equal indices,
   outer, inner element) combines its run in position order and writes that element.
+Both paths may write over x itself (a jit plan's result planned into a donated operand,
+cuda/plan.py's IN_PLACE): the sparse path then skips its copy, the dense path's threads read
+and write their own element only.
 """
 from __future__ import annotations
 
@@ -446,6 +449,12 @@ def kernel(n, o, upd, uo, skey, spos, NI, N, POST):
 """
 
 
+def same_memory(a: DeviceBuffer, b: DeviceBuffer) -> bool:
+    """Whether a and b are the same contiguous elements (a result planned over its operand)."""
+    return (a.block is b.block and a.offset == b.offset and a.shape == b.shape
+            and a.dtype == b.dtype and a.is_contiguous() and b.is_contiguous())
+
+
 def path(NI: int, N: int) -> str:
     """"dense" (CSR over the N target rows) or "sparse" (sort the NI indices) for a scatter of
     NI indices into an axis of N: dense costs O(N + NI) and a chunk x bucket table."""
@@ -498,7 +507,9 @@ def scatter(x: DeviceBuffer, idx: DeviceBuffer, upd: DeviceBuffer, axis: int, ad
         keys, pos = pool().empty((NI,), np.int64), pool().empty((NI,), np.int64)
         err = _check(name, idx, N, keys=keys, pos=pos)
         skey, spos = _sort(keys, pos, NI, N)
-        out = run("copy", [x], x.dtype)      # any strides (a broadcast zero: a fill)
+        out = pool().empty(x.shape, x.dtype)
+        if not same_memory(out, x):   # planned in place into a donated x: nothing to copy
+            run("copy", [x], x.dtype, out=out)   # any strides (a broadcast zero: a fill)
         n = (x.size // N) * NI
         k = runtime.kernel(("scatter_sparse", x.dtype.name, add),
                            lambda: _combine_source(x.dtype, add))
@@ -511,7 +522,7 @@ def scatter(x: DeviceBuffer, idx: DeviceBuffer, upd: DeviceBuffer, axis: int, ad
         err = _check(name, idx, N, counts=offs)
         perm = pool().empty((NI,), np.int64)
         _stable_fill(idx, NI, N, offs, perm)
-        out = pool().empty(x.shape, x.dtype)
+        out = pool().empty(x.shape, x.dtype)   # may be x's memory: each element reads its own
         k = runtime.kernel(("scatter", x.dtype.name, add), lambda: _scatter_source(x.dtype, add))
         blocks, threads = runtime.grid_1d(out.size)
         k[blocks, threads, runtime.stream()](out.size, x.arr(), x.offset, upd.arr(), upd.offset,

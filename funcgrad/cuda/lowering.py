@@ -175,6 +175,12 @@ CUDA[P.scatter_add_p] = lambda bufs, params, aval: gather.scatter(*bufs, params[
 CUDA[P.scatter_p] = lambda bufs, params, aval: gather.scatter(*bufs, params["axis"], False)
 
 
+# dynamic slices: windows at device-side starts; an update written in place when planned so
+from funcgrad.cuda import dynamic as _dynamic  # noqa: E402
+
+CUDA.update(_dynamic.LOWERINGS)
+
+
 def _dot_general(bufs, params, aval):
     x, y = bufs
     if x.size == 0 or y.size == 0:

@@ -222,7 +222,10 @@ class Plan:
     def _aliases(self, outs) -> dict:
         """{allocation: donated argument} for results written in place into a donated argument:
         same shape and dtype, produced by a fused kernel that is the argument's last reader and
-        reads it element for element (or read earlier only)."""
+        reads it element for element (or read earlier only), or by an update primitive
+        (IN_PLACE: dynamic_update_slice, scatter) whose operand is the argument (or a reshape
+        of it) and which is the last step to read the argument or any view of it."""
+        self.in_place_steps = {}
         if not self.donate:
             return {}
         expr, n_consts = self.expr, len(self.consts)
@@ -231,6 +234,7 @@ class Plan:
             if kind == "fused":
                 for o in s.outputs:
                     made_by[o] = (idx, s)
+        updates = _update_results(self.steps, expr)
         counts: dict = {}
         for b in outs:
             if isinstance(b.block, memplan._RecBlock):
@@ -238,9 +242,18 @@ class Plan:
         alias, taken = {}, set()
         for v, b in zip(expr.outs, outs):
             blk = b.block
-            if (not isinstance(v, Var) or v not in made_by or expr.outs.count(v) != 1
+            if (not isinstance(v, Var) or expr.outs.count(v) != 1
                     or not isinstance(blk, memplan._RecBlock) or counts[blk.k] != 1
                     or b.offset or not b.is_contiguous()):
+                continue
+            if v in updates:   # an update primitive's result, through reshapes
+                idx, i = updates[v]
+                if i not in taken and i in self.donate:
+                    alias[blk.k] = i
+                    taken.add(i)
+                    self.in_place_steps[idx] = i
+                continue
+            if v not in made_by:
                 continue
             idx, c = made_by[v]
             for i in self.donate:
@@ -407,11 +420,15 @@ class Plan:
         fusion.run_cluster(self.kernels, c, env)
 
     def describe(self) -> str:
-        """The kernels this plan launches, in order (views are listed as such)."""
+        """The kernels this plan launches, in order (views are listed as such); once the
+        memory plan is made, an update written into a donated argument says so."""
         lines = ["kernels:"]
-        for kind, s in self.steps:
+        in_place = getattr(self, "in_place_steps", {})
+        for i, (kind, s) in enumerate(self.steps):
             if kind == "eqn":
-                lines.append(f"  {s.prim.name} -> {s.out.aval.str_short()}")
+                where = (f" (in place: donated argument {in_place[i]})" if i in in_place
+                         else "")
+                lines.append(f"  {s.prim.name} -> {s.out.aval.str_short()}{where}")
             elif kind in ("gemm", "rows"):
                 lines.append(f"  {s.describe()}")
             else:
@@ -441,6 +458,51 @@ class _Progress:
             import sys
             sys.stderr.write(f"\rfuncgrad: compiled {self.total} steps in "
                              f"{time.perf_counter() - self.t0:.1f} s\n")
+
+
+def _update_prims() -> frozenset:
+    """Primitives whose CUDA lowering, given a result buffer that is operand 0's memory,
+    writes only what changes (dynamic.py, gather.scatter)."""
+    from funcgrad import prims as P
+    return frozenset((P.dynamic_update_slice_p, P.scatter_p, P.scatter_add_p))
+
+
+IN_PLACE = _update_prims()
+# primitives whose CUDA lowering is a view of operand 0 (or operand 0 itself): they share
+# its memory (convert_element_type is one when the dtype does not change)
+_VIEWS = frozenset(("broadcast_in_dim", "reshape", "transpose", "slice", "rev",
+                    "stop_gradient", "convert_element_type"))
+
+
+def _update_results(steps, expr) -> dict:
+    """{result var: (step, donated argument)} for the results an update primitive (IN_PLACE)
+    may write into the memory of an argument: its operand is the argument or a reshape of it,
+    its result reaches an output through reshapes only and has the argument's type, no other
+    operand of the step and no later step reads the argument or any view of it (views share
+    memory), and the argument is not itself an output."""
+    args = expr.in_binders[expr.n_consts:]
+    root = {x: i for i, x in enumerate(args)}   # var -> the argument whose memory it views
+    last: dict = {}                              # argument -> the last step reading it
+    for idx, (kind, s) in enumerate(steps):
+        reads = _reads(kind, s)
+        for x in reads:
+            if x in root:
+                last[root[x]] = idx
+        if kind == "eqn" and s.prim.name in _VIEWS and s.inputs and s.inputs[0] in root:
+            root[s.out] = root[s.inputs[0]]
+    escaped = {root[o] for o in expr.outs if isinstance(o, Var) and o in root}
+    made = {}
+    for idx, (kind, s) in enumerate(steps):
+        if kind != "eqn":
+            continue
+        if s.prim in IN_PLACE and isinstance(s.inputs[0], Var):
+            i = root.get(s.inputs[0])
+            if (i is not None and i not in escaped and last.get(i) == idx
+                    and not any(root.get(x) == i for x in s.inputs[1:])):
+                made[s.out] = (idx, i)
+        elif s.prim.name == "reshape" and s.inputs[0] in made:
+            made[s.out] = made[s.inputs[0]]
+    return {v: w for v, w in made.items() if v in expr.outs and args[w[1]].aval == v.aval}
 
 
 def _reads_flat(c, x) -> bool:

@@ -15,7 +15,7 @@ import numpy as np
 from funcgrad import numpy as fnp
 from funcgrad import prims as P
 from funcgrad.lax.special import digamma, erf_inv, erfc, lgamma  # noqa: F401
-from funcgrad.core import bind
+from funcgrad.core import ArrayBase, bind, user_frame_src
 from funcgrad.numpy._cumulative import associative_scan_axis
 
 # ---------------------------------------------------------------------------------------------
@@ -235,70 +235,159 @@ def approx_min_k(operand, k, **kw):
 # slicing and shapes
 # ---------------------------------------------------------------------------------------------
 
-def _clamped_starts(x, start_indices, sizes):
-    starts = []
-    for s, n, m in zip(start_indices, x.shape, sizes):
-        if m > n:
-            raise ValueError(f"dynamic_slice: slice size {m} exceeds the axis size {n}")
-        starts.append(fnp.clip(fnp.asarray(s, np.int32), 0, n - m))
-    return starts
+dynamic_slice_p = P.dynamic_slice_p
+dynamic_update_slice_p = P.dynamic_update_slice_p
 
 
-def dynamic_slice(operand, start_indices, slice_sizes):
-    """lax.dynamic_slice: a static-size window at traced starts (clamped into range)."""
-    x = fnp.asarray(operand)
-    sizes = [int(m) for m in slice_sizes]
-    if len(start_indices) != x.ndim or len(sizes) != x.ndim:
-        raise ValueError("dynamic_slice: need one start index and one size per axis")
-    for ax, (s, m) in enumerate(zip(_clamped_starts(x, start_indices, sizes), sizes)):
-        if m == x.shape[ax]:
+def _start_list(name, x, start_indices, allow_negative_indices):
+    """One int scalar per axis of x, negative ones wrapped once (JAX's default) where
+    `allow_negative_indices` says so (a bool, or one per axis)."""
+    if isinstance(start_indices, (ArrayBase, np.ndarray)):
+        idx = start_indices if isinstance(start_indices, ArrayBase) else fnp.asarray(
+            start_indices)
+        if idx.ndim != 1:
+            raise ValueError(f"{name}: start_indices must be a sequence of scalars or a 1-D "
+                             f"array, got shape {tuple(idx.shape)}")
+        start_indices = [idx[i] for i in range(idx.shape[0])]
+    starts = list(start_indices)
+    if len(starts) != x.ndim:
+        raise ValueError(f"{name}: need one start index per axis ({x.ndim}), got "
+                         f"{len(starts)}\n  at {user_frame_src()}")
+    wrap = ([bool(allow_negative_indices)] * x.ndim if isinstance(allow_negative_indices, bool)
+            else [bool(w) for w in allow_negative_indices])
+    if len(wrap) != x.ndim:
+        raise ValueError(f"{name}: allow_negative_indices needs one bool per axis")
+    out = []
+    for s, n, w in zip(starts, x.shape, wrap):
+        if isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer, ArrayBase,
+                                                                  np.ndarray)):
+            raise TypeError(f"{name}: start indices must be integer scalars, got {s!r}")
+        if isinstance(s, (int, np.integer)):   # concrete: wrapped now, a literal
+            s = int(s)
+            out.append(np.int32(s + n if w and s < 0 else s) if -2 ** 31 <= s < 2 ** 31
+                       else np.int64(s + n if w and s < 0 else s))
             continue
-        x = fnp.take(x, fnp.arange(m, dtype=np.int32) + s, axis=ax)
-    return x
+        s = fnp.asarray(s)
+        if s.ndim != 0 or s.dtype.kind not in "iu":
+            raise TypeError(f"{name}: start indices must be integer scalars, got "
+                            f"{s.aval.str_short()}\n  at {user_frame_src()}")
+        if w and s.dtype.kind == "i":
+            s = fnp.where(s < 0, s + np.asarray(n, s.dtype), s)
+        out.append(s)
+    return out
 
 
-def dynamic_update_slice(operand, update, start_indices):
-    """lax.dynamic_update_slice: operand with `update` written at traced starts (clamped)."""
+def dynamic_slice(operand, start_indices, slice_sizes, *, allow_negative_indices=True):
+    """lax.dynamic_slice: a static-size window at traced start indices.
+
+    Each start is wrapped once when negative (JAX's default, `allow_negative_indices`), then
+    clamped so that the window fits, as XLA does.
+
+    Args:
+        operand: the array to slice.
+        start_indices: one integer scalar per axis (Python ints or traced scalars), or a 1-D
+            integer array.
+        slice_sizes: the window's static size per axis.
+        allow_negative_indices: whether negative starts count from the end (a bool, or one
+            per axis).
+
+    Returns:
+        The window, of shape `slice_sizes`.
+
+    Example:
+        >>> import funcgrad.numpy as fnp
+        >>> from funcgrad import lax
+        >>> lax.dynamic_slice(fnp.arange(6), (fnp.asarray(4),), (3,)).tolist()
+        [3, 4, 5]
+    """
+    x = fnp.asarray(operand)
+    sizes = tuple(int(m) for m in slice_sizes)
+    if len(sizes) != x.ndim:
+        raise ValueError(f"dynamic_slice: need one slice size per axis ({x.ndim}), got "
+                         f"{len(sizes)}\n  at {user_frame_src()}")
+    for m, n in zip(sizes, x.shape):
+        if not 0 <= m <= n:
+            raise ValueError(f"dynamic_slice: slice size {m} exceeds the axis size {n}"
+                             f"\n  at {user_frame_src()}")
+    starts = _start_list("dynamic_slice", x, start_indices, allow_negative_indices)
+    return bind(dynamic_slice_p, x, *starts, slice_sizes=sizes)
+
+
+def dynamic_update_slice(operand, update, start_indices, *, allow_negative_indices=True):
+    """lax.dynamic_update_slice: operand with `update` written at traced start indices.
+
+    Each start is wrapped once when negative (JAX's default), then clamped so that the update
+    fits. One primitive: under jit with the operand donated (and not read after the update)
+    the CUDA backend writes the window into the operand's memory, copying nothing else.
+
+    Args:
+        operand: the array to update.
+        update: the values to write, of the operand's rank (cast to its dtype).
+        start_indices: one integer scalar per axis, or a 1-D integer array.
+        allow_negative_indices: whether negative starts count from the end.
+
+    Returns:
+        The updated array.
+
+    Example:
+        >>> import funcgrad.numpy as fnp
+        >>> from funcgrad import lax
+        >>> lax.dynamic_update_slice(fnp.zeros(5), fnp.ones(2), (4,)).tolist()
+        [0.0, 0.0, 0.0, 1.0, 1.0]
+    """
     x = fnp.asarray(operand)
     u = fnp.asarray(update, x.dtype)
-    if u.ndim != x.ndim or len(start_indices) != x.ndim:
-        raise ValueError("dynamic_update_slice: update and start_indices must match the rank")
-    starts = _clamped_starts(x, start_indices, u.shape)
-    grids = [fnp.reshape(fnp.arange(m, dtype=np.int32) + s,
-                         [m if i == ax else 1 for i in range(x.ndim)])
-             for ax, (s, m) in enumerate(zip(starts, u.shape))]
-    return x.at[tuple(grids)].set(u) if x.ndim else u
+    if u.ndim != x.ndim:
+        raise ValueError(f"dynamic_update_slice: the update {tuple(u.shape)} must have the "
+                         f"operand's rank ({tuple(x.shape)})\n  at {user_frame_src()}")
+    for m, n in zip(u.shape, x.shape):
+        if m > n:
+            raise ValueError(f"dynamic_update_slice: the update {tuple(u.shape)} does not fit "
+                             f"in the operand {tuple(x.shape)}\n  at {user_frame_src()}")
+    starts = _start_list("dynamic_update_slice", x, start_indices, allow_negative_indices)
+    return bind(dynamic_update_slice_p, x, u, *starts)
 
 
-def dynamic_slice_in_dim(operand, start_index, slice_size, axis=0):
+def dynamic_slice_in_dim(operand, start_index, slice_size, axis=0, *,
+                         allow_negative_indices=True):
+    """lax.dynamic_slice_in_dim: dynamic_slice along one axis (the others whole)."""
     x = fnp.asarray(operand)
     ax = fnp._base._norm_axis(axis, x.ndim, "dynamic_slice_in_dim")
     starts = [0] * x.ndim
     sizes = list(x.shape)
     starts[ax], sizes[ax] = start_index, slice_size
-    return dynamic_slice(x, starts, sizes)
+    return dynamic_slice(x, starts, sizes, allow_negative_indices=allow_negative_indices)
 
 
-def dynamic_index_in_dim(operand, index, axis=0, keepdims=True):
-    out = dynamic_slice_in_dim(operand, index, 1, axis)
+def dynamic_index_in_dim(operand, index, axis=0, keepdims=True, *,
+                         allow_negative_indices=True):
+    """lax.dynamic_index_in_dim: the slice of size 1 at a traced index of one axis."""
+    out = dynamic_slice_in_dim(operand, index, 1, axis,
+                               allow_negative_indices=allow_negative_indices)
     return out if keepdims else fnp.squeeze(out, axis)
 
 
-def dynamic_update_slice_in_dim(operand, update, start_index, axis):
+def dynamic_update_slice_in_dim(operand, update, start_index, axis, *,
+                                allow_negative_indices=True):
+    """lax.dynamic_update_slice_in_dim: dynamic_update_slice along one axis."""
     x = fnp.asarray(operand)
     ax = fnp._base._norm_axis(axis, x.ndim, "dynamic_update_slice_in_dim")
     starts = [0] * x.ndim
     starts[ax] = start_index
-    return dynamic_update_slice(x, update, starts)
+    return dynamic_update_slice(x, update, starts,
+                                allow_negative_indices=allow_negative_indices)
 
 
-def dynamic_update_index_in_dim(operand, update, index, axis):
+def dynamic_update_index_in_dim(operand, update, index, axis, *, allow_negative_indices=True):
+    """lax.dynamic_update_index_in_dim: writes a slice of size 1 (or of rank one less) at a
+    traced index of one axis."""
     x = fnp.asarray(operand)
     ax = fnp._base._norm_axis(axis, x.ndim, "dynamic_update_index_in_dim")
     u = fnp.asarray(update)
     if u.ndim == x.ndim - 1:
         u = fnp.expand_dims(u, ax)
-    return dynamic_update_slice_in_dim(x, u, index, ax)
+    return dynamic_update_slice_in_dim(x, u, index, ax,
+                                       allow_negative_indices=allow_negative_indices)
 
 
 def slice_in_dim(operand, start_index, limit_index, stride=1, axis=0):
@@ -520,7 +609,9 @@ __all__ = [
     "approx_max_k",
     "approx_min_k",
     "dynamic_slice",
+    "dynamic_slice_p",
     "dynamic_update_slice",
+    "dynamic_update_slice_p",
     "dynamic_slice_in_dim",
     "dynamic_index_in_dim",
     "dynamic_update_slice_in_dim",

@@ -244,6 +244,51 @@ def _advanced(y, adv, adjacent, clamp=False):
     return transpose(out, perm)
 
 
+def _window_index(x, idx):
+    """(starts, window sizes, axes the selection keeps) when `idx` selects one window at a
+    0-d integer array index (a traced position) with ints and unit-step slices elsewhere, so
+    that `x.at[idx].set(v)` is a dynamic_update_slice; else None (the scatter path).
+
+    An array index is wrapped and checked as x[idx] does (checked_index: out of range raises
+    IndexError naming the user's line), so the window never needs clamping."""
+    if _scalar_mask(idx) is not None or x.ndim == 0:
+        return None
+    raw = idx if isinstance(idx, tuple) else (idx,)
+    if not any(isinstance(i, (ArrayBase, np.ndarray)) and np.ndim(i) == 0
+               and i.dtype.kind in "iu" for i in raw):
+        return None
+    try:
+        norm = _normalize(x, idx)
+    except IndexError:
+        return None   # the scatter path raises it, naming the user's line
+    starts, sizes, kept, dim = [], [], [], 0
+    for i in norm:
+        if i is _GAP:
+            continue
+        if i is None:
+            return None
+        n = x.shape[dim]
+        if isinstance(i, slice):
+            start, stop, step = i.indices(n)
+            if step != 1:
+                return None
+            starts.append(np.int32(start))
+            sizes.append(max(0, stop - start))
+            kept.append(dim)
+        elif isinstance(i, int):
+            if not -n <= i < n:
+                return None
+            starts.append(np.int32(i % n))
+            sizes.append(1)
+        elif np.ndim(i) == 0 and i.dtype.kind in "iu":
+            starts.append(checked_index(asarray(i), n))
+            sizes.append(1)
+        else:
+            return None
+        dim += 1
+    return starts, sizes, kept
+
+
 class _IndexUpdateHelper:
     """`x.at`: JAX's functional index updates."""
     __slots__ = ("x",)
@@ -310,6 +355,11 @@ class _IndexUpdateRef:
 
     def set(self, values):
         x = asarray(self.x)
+        window = _window_index(x, self.idx)
+        if window is not None:   # one window at scalar-array indices: dynamic_update_slice
+            starts, sizes, kept = window
+            v = broadcast_to(asarray(values, x.dtype), tuple(sizes[d] for d in kept))
+            return bind(P.dynamic_update_slice_p, x, reshape(v, sizes), *starts)
         return self._scatter(P.scatter_p, x, values)
 
     def add(self, values):

@@ -919,6 +919,140 @@ scatter_p.batch = _scatter_batch(scatter_p)
 
 
 # ---------------------------------------------------------------------------------------------
+# dynamic slicing: a static-size window at traced start indices (XLA's DynamicSlice and
+# DynamicUpdateSlice: each start is clamped into [0, n - m] so that the window fits; the lax
+# functions wrap negative starts first, as JAX does)
+# ---------------------------------------------------------------------------------------------
+
+def _dyn_check(name, x, starts, sizes, avals):
+    if len(starts) != x.ndim:
+        raise type_error(name, f"needs one start index per operand axis ({x.ndim}), got "
+                         f"{len(starts)}", avals)
+    if any(s.ndim != 0 or not is_int(s.dtype) for s in starts):
+        raise type_error(name, "start indices must be integer scalars", avals)
+    if len(sizes) != x.ndim or any(not 0 <= m <= n for m, n in zip(sizes, x.shape)):
+        raise type_error(name, f"window {tuple(sizes)} does not fit in the operand "
+                         f"{x.str_short()}", avals)
+
+
+def clamped_starts(starts, shape, sizes) -> tuple:
+    """Concrete start indices clamped so that a window of `sizes` fits in `shape`."""
+    return tuple(min(max(int(s), 0), n - m) for s, n, m in zip(starts, shape, sizes))
+
+
+def _window(starts, shape, sizes):
+    return tuple(slice(s, s + m) for s, m in zip(clamped_starts(starts, shape, sizes), sizes))
+
+
+def _ds_shape(x, *starts, slice_sizes):
+    _dyn_check("dynamic_slice", x, starts, slice_sizes, (x,) + starts)
+    return ShapedArray(tuple(slice_sizes), x.dtype)
+
+
+def _ds_impl(x, *starts, slice_sizes):
+    return np.array(x[_window(starts, x.shape, slice_sizes)])
+
+
+def _dus_shape(x, upd, *starts):
+    avals = (x, upd) + starts
+    if upd.dtype != x.dtype:
+        raise type_error("dynamic_update_slice", "the update must have the operand's dtype",
+                         avals)
+    if upd.ndim != x.ndim:
+        raise type_error("dynamic_update_slice", "the update must have the operand's rank",
+                         avals)
+    _dyn_check("dynamic_update_slice", x, starts, upd.shape, avals)
+    return x
+
+
+def _dus_impl(x, upd, *starts):
+    out = np.array(x, copy=True)
+    out[_window(starts, x.shape, upd.shape)] = upd
+    return out
+
+
+def _flat_window(shape, sizes, starts, size):
+    """Flat positions in a (size, *shape) array of each batch row's window (a batch of start
+    vectors, each start [size]): int [size, *sizes], every window clamped into range."""
+    total = size * math.prod(shape)
+    dt = np.dtype(np.int32 if total < 2 ** 31 else np.int64)
+    full_shape = (size,) + tuple(sizes)
+    flat = mul(bind(iota_p, dtype=dt, shape=full_shape, dimension=0),
+               full(full_shape, math.prod(shape), dt))
+    stride = 1
+    for d in reversed(range(len(shape))):
+        s = starts[d]
+        s = bind(min_p, bind(max_p, s, full_like(s, 0)), full_like(s, shape[d] - sizes[d]))
+        pos = add(broadcast_in_dim(convert(s, dt), full_shape, (0,)),
+                  bind(iota_p, dtype=dt, shape=full_shape, dimension=d + 1))
+        flat = add(flat, mul(pos, full(full_shape, stride, dt)) if stride != 1 else pos)
+        stride *= shape[d]
+    return flat
+
+
+def _dyn_batch_starts(args, dims, size):
+    """The start operands, each a [size] vector (broadcast when unbatched)."""
+    return [_bcast_batched(s, d, size) for s, d in zip(args, dims)]
+
+
+def _ds_batch(args, dims, *, slice_sizes):
+    x, starts = args[0], args[1:]
+    size = _batch_size(args, dims)
+    if all(d is None for d in dims[1:]):   # one window for every batch row
+        return bind(dynamic_slice_p, x, np.int32(0), *starts,
+                    slice_sizes=(size,) + tuple(slice_sizes)), 0
+    x = _bcast_batched(x, dims[0], size)
+    flat = _flat_window(x.shape[1:], slice_sizes, _dyn_batch_starts(starts, dims[1:], size),
+                        size)
+    return bind(take_p, reshape(x, (x.size,)), flat, axis=0), 0
+
+
+def _dus_batch(args, dims):
+    x, upd, starts = args[0], args[1], args[2:]
+    size = _batch_size(args, dims)
+    x, upd = _bcast_batched(x, dims[0], size), _bcast_batched(upd, dims[1], size)
+    if all(d is None for d in dims[2:]):   # one window for every batch row
+        return bind(dynamic_update_slice_p, x, upd, np.int32(0), *starts), 0
+    # a window per batch row: a scatter into the flattened operand
+    flat = _flat_window(x.shape[1:], upd.shape[1:], _dyn_batch_starts(starts, dims[2:], size),
+                        size)
+    out = bind(scatter_p, reshape(x, (x.size,)), reshape(flat, (flat.size,)),
+               reshape(upd, (upd.size,)), axis=0)
+    return reshape(out, x.shape), 0
+
+
+# dynamic_slice(x, *starts)' = the same window of the tangent; its transpose writes the
+# cotangent into zeros at the window
+dynamic_slice_p = defprim(
+    "dynamic_slice", _ds_shape, _ds_impl,
+    vjp=lambda ct, x, *starts, out, slice_sizes: (
+        bind(dynamic_update_slice_p, zeros_like(x), ct, *starts),) + (None,) * len(starts),
+    jvp=lambda ts, xs, *, out, slice_sizes: None if ts[0] is None else bind(
+        dynamic_slice_p, ts[0], *xs[1:], slice_sizes=slice_sizes),
+    batch=_ds_batch)
+
+
+# dynamic_update_slice(x, u, *starts): the operand's cotangent is ct with the window zeroed,
+# the update's the window of ct
+def _dus_vjp(ct, x, upd, *starts, out):
+    return (bind(dynamic_update_slice_p, ct, zeros_like(upd), *starts),
+            bind(dynamic_slice_p, ct, *starts, slice_sizes=tuple(upd.shape))) + (
+        None,) * len(starts)
+
+
+def _dus_jvp(ts, xs, *, out):
+    if ts[0] is None and ts[1] is None:
+        return None
+    tx = ts[0] if ts[0] is not None else zeros_like(xs[0])
+    tu = ts[1] if ts[1] is not None else zeros_like(xs[1])
+    return bind(dynamic_update_slice_p, tx, tu, *xs[2:])
+
+
+dynamic_update_slice_p = defprim("dynamic_update_slice", _dus_shape, _dus_impl, _dus_vjp,
+                                 _dus_jvp, _dus_batch)
+
+
+# ---------------------------------------------------------------------------------------------
 # dot_general: contractions with batch dimensions
 # ---------------------------------------------------------------------------------------------
 
