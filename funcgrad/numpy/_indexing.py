@@ -104,7 +104,7 @@ def _getitem(x, idx, mode=None, fill_value=None):
     except (KeyError, TypeError):
         raise ValueError(f"unknown gather mode {mode!r}; expected one of 'promise_in_bounds', "
                          "'clip', 'fill' or 'drop'") from None
-    if kind == "clip_arrays" and config.check_indices:
+    if mode is None and config.check_indices:   # an explicit mode is honoured
         kind = "raise"
     keep = _scalar_mask(idx)
     if keep is not None:   # numpy: a new leading axis holding x once (True) or never (False)
