@@ -473,12 +473,21 @@ def test_cuda_batched_decode_updates_rows_in_place(cuda):
 
 
 @pytest.mark.cuda
-def test_cuda_generation_equals_cpu(cuda):
+def test_cuda_generation_equals_cpu_and_updates_its_carry_in_place(cuda):
+    """The fori_loop of decode steps writes each position into the carried caches (and the
+    token into the carried output) over the carry buffers: no copy of a cache per step."""
     params, toks, _ = _setup(SIM_CFG, device="cuda")
     cpu_params = funcgrad.device_put(gpt.init_params(SIM_CFG, seed=3), "cpu")
     gen = gpt.generator(SIM_CFG, 2, temperature=1.0, top_k=4)
     key = random.key(4)
-    got = gen(params, _put(gpt.init_cache(SIM_CFG, 2), "cuda"), _put(toks[:, :2], "cuda"),
-              _put(np.asarray(key), "cuda"))[0]
+    args = (params, _put(gpt.init_cache(SIM_CFG, 2), "cuda"), _put(toks[:, :2], "cuda"),
+            _put(np.asarray(key), "cuda"))
+    plan = gen.lower(*args).compile()
+    got = gen(*args)[0]
     want = gen(cpu_params, gpt.init_cache(SIM_CFG, 2), toks[:, :2], key)[0]
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    (rec,) = {id(s.params["rec"]): s.params["rec"] for kind, s in plan.steps
+              if kind == "eqn" and s.prim.name == "loop_run"}.values()
+    (body,) = rec.device_cache["cuda"]
+    written = [body.steps[i][1].prim.name for i in body.into]
+    assert written.count("dynamic_update_slice") == 2 * SIM_CFG.layers + 1   # caches, tokens
