@@ -62,11 +62,19 @@ def test_decode_step_equals_full_forward_at_every_position(mode):
     np.testing.assert_allclose(got, full, rtol=1e-5, atol=1e-5)
 
 
-def test_donated_cache_decode_equals_full_forward_on_cpu():
+def test_donated_cache_is_written_in_place_on_cpu():
+    """The CPU plan writes a donated cache's new position into the cache's own memory (from
+    the fourth call: the first copies the zeros, which are not the plan's to write, and the
+    third, compiling the plan's kernels, runs on copies)."""
     params, toks, full = _setup(TINY)
     step = funcgrad.jit(gpt.decode_step, static_argnums=(4,), donate_argnums=(1,))
-    got, _ = _decode_all(step, params, toks, TINY)
-    np.testing.assert_allclose(got, full, rtol=1e-5, atol=1e-5)
+    got, cache = _decode_all(step, params, toks[:, :3], TINY)
+    np.testing.assert_allclose(got, full[:, :3], rtol=1e-5, atol=1e-5)
+    for t in range(3, TINY.ctx):
+        addrs = [a.buf.ctypes.data for a in cache.k + cache.v]
+        lg, cache = step(params, cache, toks[:, t], np.int32(t), TINY)
+        assert [a.buf.ctypes.data for a in cache.k + cache.v] == addrs
+        np.testing.assert_allclose(np.asarray(lg), full[:, t], rtol=1e-5, atol=1e-5)
 
 
 def test_the_cache_write_is_one_dynamic_update_slice():
@@ -473,12 +481,21 @@ def test_cuda_batched_decode_updates_rows_in_place(cuda):
 
 
 @pytest.mark.cuda
-def test_cuda_generation_equals_cpu(cuda):
+def test_cuda_generation_equals_cpu_and_updates_its_carry_in_place(cuda):
+    """The fori_loop of decode steps writes each position into the carried caches (and the
+    token into the carried output) over the carry buffers: no copy of a cache per step."""
     params, toks, _ = _setup(SIM_CFG, device="cuda")
     cpu_params = funcgrad.device_put(gpt.init_params(SIM_CFG, seed=3), "cpu")
     gen = gpt.generator(SIM_CFG, 2, temperature=1.0, top_k=4)
     key = random.key(4)
-    got = gen(params, _put(gpt.init_cache(SIM_CFG, 2), "cuda"), _put(toks[:, :2], "cuda"),
-              _put(np.asarray(key), "cuda"))[0]
+    args = (params, _put(gpt.init_cache(SIM_CFG, 2), "cuda"), _put(toks[:, :2], "cuda"),
+            _put(np.asarray(key), "cuda"))
+    plan = gen.lower(*args).compile()
+    got = gen(*args)[0]
     want = gen(cpu_params, gpt.init_cache(SIM_CFG, 2), toks[:, :2], key)[0]
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    (rec,) = {id(s.params["rec"]): s.params["rec"] for kind, s in plan.steps
+              if kind == "eqn" and s.prim.name == "loop_run"}.values()
+    (body,) = rec.device_cache["cuda"]
+    written = [body.steps[i][1].prim.name for i in body.into]
+    assert written.count("dynamic_update_slice") == 2 * SIM_CFG.layers + 1   # caches, tokens

@@ -6,14 +6,15 @@ window. dynamic_update_slice writes its result's window over a copy of the opera
 the operand itself when the result's memory is the operand's: a jit plan gives the result a
 donated argument's buffer (Plan._aliases) when the operand is that argument and nothing reads
 it afterwards, and the update then moves only the window's bytes (a KV-cache step writes one
-position, not the whole cache).
+position, not the whole cache). INTO holds the update lowerings that write into operand 0
+itself, for loop bodies that update their carry in place (loops.py, inplace.py).
 """
 from __future__ import annotations
 
 from funcgrad.cuda import runtime
 from funcgrad.cuda.arrays import DeviceBuffer, pool
 from funcgrad.cuda.elementwise import contiguous, run
-from funcgrad.cuda.gather import same_memory
+from funcgrad.cuda.gather import same_memory, scatter
 
 
 def _window_source(nd: int, write: bool) -> str:
@@ -77,13 +78,30 @@ def dynamic_update_slice(bufs, params, aval) -> DeviceBuffer:
     return out
 
 
+def _dus_into(bufs, params, aval) -> DeviceBuffer:
+    """dynamic_update_slice written over its (contiguous, dead) operand: the window only."""
+    x = bufs[0]
+    _launch(x, contiguous(bufs[1]), bufs[2:], write=True)
+    return x
+
+
+def _scatter_into(add: bool):
+    def lower(bufs, params, aval) -> DeviceBuffer:
+        return scatter(*bufs, params["axis"], add, into=True)
+    return lower
+
+
 LOWERINGS: dict = {}
+INTO: dict = {}   # update primitive -> lowering that writes into operand 0 (cuda/inplace.py)
 
 
 def _register():
     from funcgrad import prims as P
     LOWERINGS[P.dynamic_slice_p] = dynamic_slice
     LOWERINGS[P.dynamic_update_slice_p] = dynamic_update_slice
+    INTO[P.dynamic_update_slice_p] = _dus_into
+    INTO[P.scatter_p] = _scatter_into(False)
+    INTO[P.scatter_add_p] = _scatter_into(True)
 
 
 _register()

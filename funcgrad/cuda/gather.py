@@ -22,7 +22,7 @@ index (`path` chooses by sizes):
   scan of the digit-major count table, a scatter), then one thread per (run of equal indices,
   outer, inner element) combines its run in position order and writes that element.
 Both paths may write over x itself (a jit plan's result planned into a donated operand,
-cuda/plan.py's IN_PLACE): the sparse path then skips its copy, the dense path's threads read
+cuda/inplace.py): the sparse path then skips its copy, the dense path's threads read
 and write their own element only.
 """
 from __future__ import annotations
@@ -492,7 +492,10 @@ def kernel(n, x, xo, upd, uo, perm, offs, o, NI, N, POST):
 """
 
 
-def scatter(x: DeviceBuffer, idx: DeviceBuffer, upd: DeviceBuffer, axis: int, add: bool):
+def scatter(x: DeviceBuffer, idx: DeviceBuffer, upd: DeviceBuffer, axis: int, add: bool,
+            into: bool = False):
+    """x with the updates scattered in (a new buffer, or x itself with `into`: x must then be
+    contiguous and its old value dead, cuda/inplace.py)."""
     name = "scatter_add" if add else "scatter"
     idx, upd = contiguous(idx), contiguous(upd)
     N = x.shape[axis]
@@ -507,7 +510,7 @@ def scatter(x: DeviceBuffer, idx: DeviceBuffer, upd: DeviceBuffer, axis: int, ad
         keys, pos = pool().empty((NI,), np.int64), pool().empty((NI,), np.int64)
         err = _check(name, idx, N, keys=keys, pos=pos)
         skey, spos = _sort(keys, pos, NI, N)
-        out = pool().empty(x.shape, x.dtype)
+        out = x if into else pool().empty(x.shape, x.dtype)
         if not same_memory(out, x):   # planned in place into a donated x: nothing to copy
             run("copy", [x], x.dtype, out=out)   # any strides (a broadcast zero: a fill)
         n = (x.size // N) * NI
@@ -522,7 +525,8 @@ def scatter(x: DeviceBuffer, idx: DeviceBuffer, upd: DeviceBuffer, axis: int, ad
         err = _check(name, idx, N, counts=offs)
         perm = pool().empty((NI,), np.int64)
         _stable_fill(idx, NI, N, offs, perm)
-        out = pool().empty(x.shape, x.dtype)   # may be x's memory: each element reads its own
+        # out may be x's memory: each element reads its own
+        out = x if into else pool().empty(x.shape, x.dtype)
         k = runtime.kernel(("scatter", x.dtype.name, add), lambda: _scatter_source(x.dtype, add))
         blocks, threads = runtime.grid_1d(out.size)
         k[blocks, threads, runtime.stream()](out.size, x.arr(), x.offset, upd.arr(), upd.offset,

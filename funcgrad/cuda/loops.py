@@ -19,22 +19,38 @@ from __future__ import annotations
 import numpy as np
 
 from funcgrad.core import Array, Lit
-from funcgrad.prims.loops import ExecRec, loop_out_p, loop_run_effect_p, loop_run_p
-from funcgrad.cuda import arrays, fusion, runtime
+from funcgrad.cuda import arrays, fusion, inplace, runtime
 from funcgrad.cuda import condgraph as cg
 from funcgrad.cuda import elementwise as ew
 from funcgrad.cuda.arrays import DeviceBuffer
+from funcgrad.cuda.gather import same_memory
+from funcgrad.prims.loops import ExecRec, loop_out_p, loop_run_effect_p, loop_run_p
 
 
 class _Body:
-    """One optimized body expression, runnable on device buffers."""
+    """One optimized body expression, runnable on device buffers.
 
-    def __init__(self, expr, consts, table):
+    `carry` = (first, count): arguments first .. first + count - 1 (after the body's own
+    constants) are the loop's carry buffers and outputs 0 .. count - 1 its new values; an
+    update primitive whose result is a new carry value written over its own carry buffer
+    (inplace.py) then writes into that buffer (`into`: step index -> lowering), and the
+    iteration's copy of that value back over the carry is skipped (_assign)."""
+
+    def __init__(self, expr, consts, table, carry=None):
         self.expr, self.table = expr, table
         self.consts = [c.buf if isinstance(c, Array) and c.device == "cuda"
                        else arrays.from_host(np.asarray(c)) for c in consts]
         self.steps = fusion.plan_steps(expr)
         self.kernels: dict = {}
+        self.into = {}
+        if carry is not None:
+            from funcgrad.cuda.dynamic import INTO
+            first, count = carry
+            args = expr.in_binders[expr.n_consts:]
+            for v, (idx, i) in inplace.update_results(self.steps, expr, args).items():
+                j = expr.outs.index(v)
+                if i == first + j and j < count and self.steps[idx][1].prim in INTO:
+                    self.into[idx] = INTO[self.steps[idx][1].prim]
         last = {}
         for i, (kind, s) in enumerate(self.steps):
             reads = s.inputs if kind == "eqn" else fusion.external_inputs(s)
@@ -60,6 +76,9 @@ class _Body:
                 env[s.out] = arrays.from_host(runtime.host_call(s, read))
             else:
                 fn = self.table.get(s.prim)
+                into = self.into.get(i)
+                if into is not None and read(s.inputs[0]).is_contiguous():
+                    fn = into
                 if fn is None:
                     raise NotImplementedError(f"the CUDA backend has no lowering for primitive "
                                               f"{s.prim.name!r} (in a loop body)")
@@ -81,8 +100,23 @@ def _lit(val) -> DeviceBuffer:
 def _bodies(ex: ExecRec, table) -> list:
     hit = ex.device_cache.get("cuda")
     if hit is None:
-        hit = ex.device_cache["cuda"] = [_Body(e, c, table) for e, c in ex.bodies]
+        carry = {"scan": [(ex.n_consts, ex.n_carry)], "while": [None, (ex.n_bconsts, None)]}
+        places = carry.get(ex.kind, [])
+        hit = ex.device_cache["cuda"] = [
+            _Body(e, c, table, _carry_of(places[k] if k < len(places) else None, e))
+            for k, (e, c) in enumerate(ex.bodies)]
     return hit
+
+
+def _carry_of(place, expr):
+    """(first carry argument, carry count) of a body, the count of a while body's carry being
+    all of its arguments after the body constants."""
+    if place is None:
+        return None
+    first, count = place
+    if count is None:
+        count = len(expr.in_binders) - expr.n_consts - first
+    return first, count
 
 
 class _HeldPool(arrays.Pool):
@@ -141,13 +175,15 @@ def _state(avals_or_bufs, pool):
 
 def _assign(state, outs, bpool):
     """state[j] <- outs[j]; an output that shares memory with the state is copied aside first
-    (a carry that swaps two values)."""
+    (a carry that swaps two values), one already written over its own state buffer (an
+    in-place update, _Body.into) is left as it is."""
     blocks = {id(s.block) for s in state}
+    done = [bool(o.size) and same_memory(o, s) for s, o in zip(state, outs)]
     with arrays.using_pool(bpool):
-        outs = [ew.run("copy", [o], o.dtype) if id(o.block) in blocks and o.size else o
-                for o in outs]
-    for s, o in zip(state, outs):
-        if s.size:
+        outs = [ew.run("copy", [o], o.dtype) if id(o.block) in blocks and o.size and not d
+                else o for o, d in zip(outs, done)]
+    for s, o, d in zip(state, outs, done):
+        if s.size and not d:
             ew.run("copy", [o], s.dtype, out=s)
 
 

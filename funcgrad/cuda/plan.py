@@ -23,7 +23,16 @@ import weakref
 import numpy as np
 
 from funcgrad.core import Array, Lit, Var, source_info
-from funcgrad.cuda import arrays, concurrent, epilogue, fusion, memplan, rows_fuse, runtime
+from funcgrad.cuda import (
+    arrays,
+    concurrent,
+    epilogue,
+    fusion,
+    inplace,
+    memplan,
+    rows_fuse,
+    runtime,
+)
 from funcgrad.cuda.lowering import lower
 
 _log = logging.getLogger("funcgrad")
@@ -223,8 +232,8 @@ class Plan:
         """{allocation: donated argument} for results written in place into a donated argument:
         same shape and dtype, produced by a fused kernel that is the argument's last reader and
         reads it element for element (or read earlier only), or by an update primitive
-        (IN_PLACE: dynamic_update_slice, scatter) whose operand is the argument (or a reshape
-        of it) and which is the last step to read the argument or any view of it."""
+        (inplace.py: dynamic_update_slice, scatter) whose operand is the argument (or a
+        reshape of it) and which is the last step to read the argument or any view of it."""
         self.in_place_steps = {}
         if not self.donate:
             return {}
@@ -234,7 +243,7 @@ class Plan:
             if kind == "fused":
                 for o in s.outputs:
                     made_by[o] = (idx, s)
-        updates = _update_results(self.steps, expr)
+        updates = inplace.update_results(self.steps, expr)
         counts: dict = {}
         for b in outs:
             if isinstance(b.block, memplan._RecBlock):
@@ -458,51 +467,6 @@ class _Progress:
             import sys
             sys.stderr.write(f"\rfuncgrad: compiled {self.total} steps in "
                              f"{time.perf_counter() - self.t0:.1f} s\n")
-
-
-def _update_prims() -> frozenset:
-    """Primitives whose CUDA lowering, given a result buffer that is operand 0's memory,
-    writes only what changes (dynamic.py, gather.scatter)."""
-    from funcgrad import prims as P
-    return frozenset((P.dynamic_update_slice_p, P.scatter_p, P.scatter_add_p))
-
-
-IN_PLACE = _update_prims()
-# primitives whose CUDA lowering is a view of operand 0 (or operand 0 itself): they share
-# its memory (convert_element_type is one when the dtype does not change)
-_VIEWS = frozenset(("broadcast_in_dim", "reshape", "transpose", "slice", "rev",
-                    "stop_gradient", "convert_element_type"))
-
-
-def _update_results(steps, expr) -> dict:
-    """{result var: (step, donated argument)} for the results an update primitive (IN_PLACE)
-    may write into the memory of an argument: its operand is the argument or a reshape of it,
-    its result reaches an output through reshapes only and has the argument's type, no other
-    operand of the step and no later step reads the argument or any view of it (views share
-    memory), and the argument is not itself an output."""
-    args = expr.in_binders[expr.n_consts:]
-    root = {x: i for i, x in enumerate(args)}   # var -> the argument whose memory it views
-    last: dict = {}                              # argument -> the last step reading it
-    for idx, (kind, s) in enumerate(steps):
-        reads = _reads(kind, s)
-        for x in reads:
-            if x in root:
-                last[root[x]] = idx
-        if kind == "eqn" and s.prim.name in _VIEWS and s.inputs and s.inputs[0] in root:
-            root[s.out] = root[s.inputs[0]]
-    escaped = {root[o] for o in expr.outs if isinstance(o, Var) and o in root}
-    made = {}
-    for idx, (kind, s) in enumerate(steps):
-        if kind != "eqn":
-            continue
-        if s.prim in IN_PLACE and isinstance(s.inputs[0], Var):
-            i = root.get(s.inputs[0])
-            if (i is not None and i not in escaped and last.get(i) == idx
-                    and not any(root.get(x) == i for x in s.inputs[1:])):
-                made[s.out] = (idx, i)
-        elif s.prim.name == "reshape" and s.inputs[0] in made:
-            made[s.out] = made[s.inputs[0]]
-    return {v: w for v, w in made.items() if v in expr.outs and args[w[1]].aval == v.aval}
 
 
 def _reads_flat(c, x) -> bool:

@@ -1,9 +1,10 @@
 """jax.lax's named ops: elementwise ops, reductions, cumulative ops, sorting and top_k,
 dynamic slicing, shape helpers, and the collective names (which need a named axis).
 
-Everything here is a composition of primitives or of funcgrad.numpy, so it differentiates,
-batches, jits and runs on CUDA like the rest; dynamic slices clamp their start indices into
-range, as lax does.
+Everything here is a primitive or a composition of primitives or of funcgrad.numpy, so it
+differentiates, batches, jits and runs on CUDA like the rest; dynamic slices are the
+dynamic_slice / dynamic_update_slice primitives, which clamp their start indices into range
+(after wrapping negative ones, as JAX does).
 """
 from __future__ import annotations
 

@@ -25,9 +25,10 @@ import warnings
 import numpy as np
 
 from funcgrad.core import DeletedBuffer, FuncgradError, Lit
+from funcgrad import prims as P
 from funcgrad.prims import IndexOutOfRange
 from funcgrad.backends.cpu import memory as cpu_memory, parallel as cpu_parallel
-from funcgrad.backends.cpu.steps import build_steps, fold_constants, kernel_step
+from funcgrad.backends.cpu.steps import Step, build_steps, fold_constants, kernel_step
 
 _FILENAME = "<funcgrad cpu plan>"
 
@@ -415,7 +416,32 @@ def _in_place(steps, expr, keep, donate) -> dict:
     split = cpu_parallel.split_min_work()
     for k, at in into.items():
         steps[k] = kernel_step(steps[k].cluster, split, at)
+    _updates_in_place(steps, outs, donated, roots, last, alias)
     return alias
+
+
+def _updates_in_place(steps, outs, donated, roots, last, alias):
+    """dynamic_update_slice results written into their donated operand (the window only, not
+    a copy of the operand first): the operand is the donated argument itself, this step is
+    the last to read it or any view of it, and no other result may view it."""
+    for k, s in enumerate(steps):
+        if s.kind != "np" or s.eqn.prim is not P.dynamic_update_slice_p:
+            continue
+        v, x = s.outs[0], s.ins[0]
+        i = donated.get(x) if not isinstance(x, Lit) else None
+        if (i is None or v not in outs or v in alias or outs.count(v) != 1
+                or i in alias.values() or last.get(x, -1) != k or x.aval != v.aval
+                or any(x in roots.get(o, ()) for o in outs if o is not v)
+                or any(y is x or x in roots.get(y, ()) for y in s.ins[1:])):
+            continue
+        steps[k] = Step("np", s.eqn, s.outs, s.ins, _dus_into)
+        alias[v] = i
+
+
+def _dus_into(x, upd, *starts):
+    """dynamic_update_slice's impl writing into x (a donated argument the plan owns)."""
+    x[P._window(starts, x.shape, upd.shape)] = upd
+    return x
 
 
 __all__ = ["CpuPlan", "Program"]

@@ -155,9 +155,22 @@ def build_steps(expr, fuse, blas_held=False):
         elif any(x in lazy for x in e.inputs) and not any(
                 x not in lazy and x.aval.shape == e.out.aval.shape for x in e.inputs):
             fn = _full_shape(fn, e.out.aval.shape)   # every operand was broadcast
+        fn = functools.partial(fn, **params) if params else fn
         steps.append(Step("np", e, [e.out], list(e.inputs),
-                           functools.partial(fn, **params) if params else fn))
+                           _fresh(fn) if e.prim in FRESH else fn))
     return steps
+
+
+# primitives whose numpy impls always return a new array (never a view of an operand), so that
+# cpu_memory and donation need not treat their results as views (a KV cache's update)
+FRESH = frozenset((P.dynamic_slice_p, P.dynamic_update_slice_p))
+
+
+def _fresh(fn):
+    def run(*args):
+        return fn(*args)
+    run.fresh = True
+    return run
 
 
 def kernel_step(c, split, into=None):
