@@ -52,6 +52,14 @@ def _take_ok(s) -> bool:
             and x.aval.shape[0] > 0)
 
 
+def _dslice_ok(s) -> bool:
+    """dynamic_slice of an array at rank-0 integer starts (a window copied out)."""
+    x, *starts = s.ins
+    return (not isinstance(x, Lit) and x.aval.ndim > 0 and s.outs[0].aval.size > 0
+            and all(st.aval.ndim == 0 and st.aval.dtype.kind in "iu"
+                    and st.aval.dtype != np.uint64 for st in starts))
+
+
 def _reshape_ok(s) -> bool:
     (x,) = s.ins
     return not isinstance(x, Lit) and (x.aval.ndim > 0 or s.outs[0].aval.ndim == 0)
@@ -93,6 +101,7 @@ def _choose_ok(s) -> bool:
 
 # the numpy steps a driver runs itself: primitive -> whether it can run this step
 OTHER_STEPS = {P.take_p: _take_ok, P.reshape_p: _reshape_ok, P.slice_p: _slice_ok,
+               P.dynamic_slice_p: _dslice_ok,
                P.reduce_sum_p: lambda s: _sum_kind(s) is not None,
                P.reduce_max_p: _choose_ok, P.reduce_min_p: _choose_ok}
 _CHOOSE = {P.reduce_max_p: ">", P.reduce_min_p: "<"}
@@ -262,6 +271,15 @@ class _Source:
                 x.aval.shape[1:])) and p["strides"][0] == 1
             view = f"{self.ref[x][0]}[{', '.join(parts[:1] if rows else parts)}]"
             return [f"{indent}{name} = {view if rows else f'np.ascontiguousarray({view})'}"]
+        if s.eqn.prim is P.dynamic_slice_p:   # XLA's rule: starts clamped so the window fits
+            x, *starts = s.ins
+            lines, parts = [], []
+            for st, n, m in zip(starts, x.aval.shape, s.eqn.params["slice_sizes"]):
+                j = self.fresh("j")
+                lines.append(f"{indent}{j} = min(max(int64({self.read(st)}), 0), {n - m})")
+                parts.append(f"{j}:{j} + {m}")
+            return lines + [f"{indent}{name} = np.ascontiguousarray("
+                            f"{self.ref[x][0]}[{', '.join(parts)}])"]
         # take: one row (a rank-0 index) or a one-row slice (one index in a vector, as
         # dynamic_slice gives), its index checked as the numpy impl checks it
         x, idx = s.ins
