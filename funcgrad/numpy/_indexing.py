@@ -7,10 +7,7 @@ from funcgrad import prims as P
 from funcgrad.config import config
 from funcgrad.core import ArrayBase, Tracer, bind, is_int, user_frame_src
 from funcgrad.numpy._base import asarray, broadcast_to, reshape
-from funcgrad.numpy._shape import (
-    checked_index,
-    transpose,
-)
+from funcgrad.numpy._shape import checked_index, moded_index, pad_fill, transpose
 
 
 def _is_array_index(i):
@@ -77,19 +74,6 @@ def _scalar_mask(idx):
 
 _GET_MODES = {None: "clip_arrays", "promise_in_bounds": "clip_arrays", "clip": "clip",
               "fill": "fill", "drop": "fill", "raise": "raise"}
-
-
-def _default_fill(dtype):
-    """JAX's fill value of out-of-range gathers: nan, the most negative signed integer, the
-    largest unsigned one, True."""
-    dt = np.dtype(dtype)
-    if dt.kind in "fc":
-        return np.nan
-    if dt.kind == "i":
-        return np.iinfo(dt).min
-    if dt.kind == "u":
-        return np.iinfo(dt).max
-    return True
 
 
 def _getitem(x, idx, mode=None, fill_value=None):
@@ -176,24 +160,15 @@ def _getitem(x, idx, mode=None, fill_value=None):
 def _fill_slots(x, idx, fill_value):
     """For mode "fill": x with one slot of fill_value appended along every axis indexed by an
     integer (array), and those indices with out-of-range entries sent to that slot."""
-    from funcgrad.numpy._base import full
-    from funcgrad.numpy._shape import concatenate
-    from funcgrad.numpy._ufuncs import logical_and, where
-    fill = _default_fill(x.dtype) if fill_value is None else fill_value
     out, dim = [], 0
     for i in idx:
         if i is None or i is _GAP:
             out.append(i)
             continue
         if isinstance(i, int) or _is_array_index(i):
-            n = x.shape[dim]
             a = asarray(np.asarray(i, np.int32) if isinstance(i, int) else i)
-            ok = logical_and(a >= -n, a < n)
-            a = where(ok, where(a < 0, a + n, a), n)
-            slot = list(x.shape)
-            slot[dim] = 1
-            x = concatenate([x, full(tuple(slot), fill, x.dtype)], axis=dim)
-            i = a
+            i, _ = moded_index(a, x.shape[dim], "fill")
+            x = pad_fill(x, dim, fill_value)
         out.append(i)
         dim += 1
     return x, out
