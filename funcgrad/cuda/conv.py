@@ -25,7 +25,7 @@ from funcgrad.prims import conv as C
 from funcgrad.prims import windows as W
 from funcgrad.core import ShapedArray
 from funcgrad.cuda import elementwise as ew
-from funcgrad.cuda import matmul, runtime
+from funcgrad.cuda import conv_cudnn, matmul, runtime
 from funcgrad.cuda.arrays import DeviceBuffer, pool
 from funcgrad.cuda.elementwise import compute_t, nbt
 
@@ -112,7 +112,8 @@ def _patches_source(nsp: int, dtype) -> str:
     return "\n".join(L) + "\n"
 
 
-# "gemm", "direct" or None (choose by size); the tests set it to run both paths
+# "cudnn", "gemm", "direct" or None (cuDNN where it takes the convolution, else by size); the
+# tests set it to run each path ("cudnn" falls back to the others where cuDNN cannot run)
 MODE = None
 GEMM_MIN_TAPS = 16                 # direct convolution below this many MACs per output
 GEMM_MAX_PATCH = 64 << 20          # elements of the patch matrix (256 MB of float32)
@@ -122,7 +123,7 @@ def _use_gemm(x, aval, taps, patch) -> bool:
     if taps == 0 or patch == 0 or patch > GEMM_MAX_PATCH or _acc_t(x.dtype) != _acc_t(
             aval.dtype):   # the GEMM accumulates in the operands' type
         return False
-    if MODE is not None:
+    if MODE in ("gemm", "direct"):
         return MODE == "gemm"
     if runtime.SIM:        # the simulator runs both paths: GEMM for an even tap count
         return taps % 2 == 0
@@ -134,6 +135,8 @@ def conv_general_dilated(bufs, params, aval) -> DeviceBuffer:
     ls, rs, os_ = params["dimension_numbers"]
     out = pool().empty(aval.shape, aval.dtype)
     if out.size == 0:
+        return out
+    if MODE in (None, "cudnn") and conv_cudnn.conv(x, w, params, aval, out):
         return out
     nsp = len(ls) - 2
     O, CG = aval.shape[os_[1]], w.shape[rs[1]]

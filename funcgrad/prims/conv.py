@@ -115,7 +115,8 @@ def conv_dimension_numbers(lhs_shape, rhs_shape, dimension_numbers) -> ConvDimen
 
 def _conv_shape(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dilation,
                 dimension_numbers, feature_group_count, batch_group_count,
-                preferred_element_type):
+                preferred_element_type, precision=None):
+    del precision   # how float32 products round (TF32 or not): no effect on the type
     name, avals = "conv_general_dilated", (lhs, rhs)
 
     def bad(msg):
@@ -208,7 +209,8 @@ def _compute_dtype(dtype):
 
 def _conv_impl(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dilation,
                dimension_numbers, feature_group_count, batch_group_count,
-               preferred_element_type):
+               preferred_element_type, precision=None):
+    del precision   # numpy computes in the compute dtype
     # im2col: the padded, dilated input's windows as rows, one matmul per group
     ls, rs, os_ = dimension_numbers
     out_dt = lhs.dtype if preferred_element_type is None else np.dtype(preferred_element_type)
@@ -297,7 +299,7 @@ def _vjp_rhs_padding(in_sp, k_sp, strides, out_sp, padding, lhs_dil, rhs_dil):
 
 
 def _transpose_lhs(g, lhs_aval, rhs, *, window_strides, padding, lhs_dilation, rhs_dilation,
-                   dimension_numbers, feature_group_count, batch_group_count):
+                   dimension_numbers, feature_group_count, batch_group_count, precision=None):
     # d lhs = conv(ct dilated by the strides, the spatially reversed kernel with in <-> out)
     ls, rs, os_ = dimension_numbers
     if 0 in tuple(g.shape) + tuple(rhs.shape) + tuple(lhs_aval.shape):
@@ -315,7 +317,8 @@ def _transpose_lhs(g, lhs_aval, rhs, *, window_strides, padding, lhs_dilation, r
                       lhs_dilation=tuple(window_strides), rhs_dilation=tuple(rhs_dilation),
                       dimension_numbers=ConvDimensionNumbers(tuple(os_), _spec_t(rs),
                                                              tuple(ls)),
-                      feature_group_count=G, batch_group_count=1, preferred_element_type=None)
+                      feature_group_count=G, batch_group_count=1, preferred_element_type=None,
+                      precision=precision)
     if batch_group_count > 1:
         out = _reshape_axis_into(ls[1], ls[0],
                                  _reshape_axis_out_of(ls[1], batch_group_count, out))
@@ -323,7 +326,7 @@ def _transpose_lhs(g, lhs_aval, rhs, *, window_strides, padding, lhs_dilation, r
 
 
 def _transpose_rhs(g, lhs, rhs_aval, *, window_strides, padding, lhs_dilation, rhs_dilation,
-                   dimension_numbers, feature_group_count, batch_group_count):
+                   dimension_numbers, feature_group_count, batch_group_count, precision=None):
     # d rhs = conv(lhs with batch <-> feature, ct as the kernel): a correlation over the batch
     ls, rs, os_ = dimension_numbers
     if 0 in tuple(g.shape) + tuple(lhs.shape) + tuple(rhs_aval.shape):
@@ -341,7 +344,7 @@ def _transpose_rhs(g, lhs, rhs_aval, *, window_strides, padding, lhs_dilation, r
                        dimension_numbers=ConvDimensionNumbers(_spec_t(ls), _spec_t(os_),
                                                               _spec_t(rs)),
                        feature_group_count=fg, batch_group_count=bg,
-                       preferred_element_type=None)
+                       preferred_element_type=None, precision=precision)
 
 
 def _geometry(params):

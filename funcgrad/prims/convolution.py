@@ -16,6 +16,7 @@ from funcgrad.prims.conv import (
     padtype_to_pads,
     stride_dim,
 )
+from funcgrad.config import canonical_precision, config
 from funcgrad.core import ArrayBase, bind, user_frame_src
 
 
@@ -57,8 +58,10 @@ def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None,
             strings such as ("NHWC", "HWIO", "NHWC").
         feature_group_count: split the input features into groups (depthwise: = C).
         batch_group_count: split the batch into groups, one per output feature group.
-        precision: accepted for JAX compatibility; funcgrad computes in the operand type
-            (float16 accumulates in float32).
+        precision: how float32 products round on CUDA, as dot_general's: None/"default"
+            takes config's "default_matmul_precision" (full float32 unless changed),
+            "tensorfloat32"/"high" lets cuDNN use TF32 tensor cores; the CPU computes in the
+            operand type (float16 accumulates in float32).
         preferred_element_type: the output (accumulation) dtype, e.g. float32 for float16.
 
     Returns:
@@ -72,7 +75,9 @@ def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None,
         ...                          dimension_numbers=("NHWC", "HWIO", "NHWC")).shape
         (1, 5, 5, 8)
     """
-    del precision
+    prec = canonical_precision(precision)
+    if prec is None:
+        prec = config.default_matmul_precision
     lhs, rhs = _as_array(lhs), _as_array(rhs)
     dn = conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers)
     nsp = len(lhs.shape) - 2
@@ -93,7 +98,8 @@ def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None,
     return conv_p_bind(lhs, rhs, window_strides=strides, padding=pads, lhs_dilation=ldil,
                        rhs_dilation=rdil, dimension_numbers=dn,
                        feature_group_count=int(feature_group_count),
-                       batch_group_count=int(batch_group_count), preferred_element_type=pet)
+                       batch_group_count=int(batch_group_count), preferred_element_type=pet,
+                       precision=prec)
 
 
 def conv(lhs, rhs, window_strides, padding, precision=None, preferred_element_type=None):
@@ -175,6 +181,7 @@ def conv_transpose(lhs, rhs, strides, padding, rhs_dilation=None, dimension_numb
         perm[dn.rhs_spec[0]], perm[dn.rhs_spec[1]] = dn.rhs_spec[1], dn.rhs_spec[0]
         rhs = P.transpose(rhs, perm)
     return conv_general_dilated(lhs, rhs, (1,) * nsp, padding, strides, rdil, dn,
+                                precision=precision,
                                 preferred_element_type=preferred_element_type)
 
 
