@@ -189,7 +189,7 @@ def test_resnet_layer_gradients_take_the_backward_calls(stride, padding, dn):
     nhwc = dn[0] == "NHWC"
     x = rng.standard_normal((2, 8, 8, 3) if nhwc else (2, 3, 8, 8)).astype(np.float32)
     k = rng.standard_normal((3, 3, 3, 4) if nhwc else (4, 3, 3, 3)).astype(np.float32)
-    params = dict(window_strides=(stride, stride), padding=padding, dimension_numbers=dn)
+    params = {"window_strides": (stride, stride), "padding": padding, "dimension_numbers": dn}
     want = np.asarray(_on_cpu(lax.conv_general_dilated, x, k, **params))
     ct = rng.standard_normal(want.shape).astype(np.float32)
     gwant = _on_cpu(funcgrad.grad(_loss(params, ct), argnums=(0, 1)), x, k)
@@ -204,8 +204,8 @@ def test_resnet_layer_gradients_take_the_backward_calls(stride, padding, dn):
 
 
 def test_choose_declines_what_cudnn_cannot_run():
-    base = dict(window_strides=(1,), padding=((1, 1),), lhs_dilation=(1,), rhs_dilation=(1,),
-                dimension_numbers=((0, 1, 2),) * 3, feature_group_count=1, batch_group_count=1)
+    base = {"window_strides": (1,), "padding": ((1, 1),), "lhs_dilation": (1,), "rhs_dilation": (1,),
+                "dimension_numbers": ((0, 1, 2),) * 3, "feature_group_count": 1, "batch_group_count": 1}
     assert conv_cudnn.choose((2, 3, 8), (4, 3, 3), (2, 4, 8), base)["kind"] == "fwd"
     neg = dict(base, padding=((-1, 1),))
     assert conv_cudnn.choose((2, 3, 8), (4, 3, 3), (2, 4, 6), neg) is None
@@ -218,7 +218,7 @@ def test_choose_declines_what_cudnn_cannot_run():
 
 def test_backend_names_the_engine_or_the_reason():
     b = cudnn.backend()
-    assert b.startswith("cudnn ") or b.startswith("numba: ")
+    assert b.startswith(("cudnn ", "numba: "))
     if SIM:
         assert "simulator" in b
 
@@ -248,8 +248,8 @@ def _layer(n, h, ci, co, k, s, pad, g, layout, dil=1):
     w = (rng.standard_normal((k, k, ci // g, co) if nhwc else (co, ci // g, k, k))
          / np.sqrt(k * k * ci / g)).astype(np.float32)
     dn = ("NHWC", "HWIO", "NHWC") if nhwc else ("NCHW", "OIHW", "NCHW")
-    params = dict(window_strides=(s, s), padding=pad, rhs_dilation=(dil, dil),
-                  dimension_numbers=dn, feature_group_count=g)
+    params = {"window_strides": (s, s), "padding": pad, "rhs_dilation": (dil, dil),
+                  "dimension_numbers": dn, "feature_group_count": g}
     return x, w, params
 
 

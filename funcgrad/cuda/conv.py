@@ -21,13 +21,13 @@ import math
 
 import numpy as np
 
-from funcgrad.prims import conv as C
-from funcgrad.prims import windows as W
 from funcgrad.core import ShapedArray
-from funcgrad.cuda import elementwise as ew
 from funcgrad.cuda import conv_cudnn, matmul, runtime
+from funcgrad.cuda import elementwise as ew
 from funcgrad.cuda.arrays import DeviceBuffer, pool
 from funcgrad.cuda.elementwise import compute_t, nbt
+from funcgrad.prims import conv as C
+from funcgrad.prims import windows as W
 
 
 def _acc_t(dtype) -> str:
@@ -170,7 +170,7 @@ def _conv_gemm(x, w, x_args, geo, params, aval, out, n_out, G, CG, od, kd) -> De
     than the operands (float16 -> float32) the patch matrix is written in the result dtype and
     the kernel converted to it, because the cuBLAS path (blas.gemm) writes C in the operands'
     dtype: a float16 C in a float32 buffer filled half of it (the second batch read zeros)."""
-    ls, rs, os_ = params["dimension_numbers"]
+    _, rs, os_ = params["dimension_numbers"]
     nsp = len(od)
     O = aval.shape[os_[1]]
     og = O // G

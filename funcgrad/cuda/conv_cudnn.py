@@ -31,7 +31,6 @@ from funcgrad.cuda import cudnn, runtime
 from funcgrad.cuda import elementwise as ew
 from funcgrad.cuda.arrays import const, pool
 
-
 calls = dict.fromkeys(cudnn.KINDS, 0)   # cuDNN calls made (or recorded in a dry run), by kind
 
 
@@ -72,7 +71,7 @@ def choose(lshape, rshape, oshape, params):
     lsp = [lshape[a] for a in ls[2:]]
     ksp = [rshape[a] for a in rs[2:]]
     osp = [oshape[a] for a in os_[2:]]
-    flip = lambda s: [s[1], s[0]] + list(s[2:])   # noqa: E731 - batch <-> feature
+    flip = lambda s: [s[1], s[0]] + list(s[2:])
     no_ld = all(v == 1 for v in ld)
     if no_ld and fg == 1 and (bg > 1 or math.prod(ksp) > math.prod(osp)):
         spec = _bwd_filter(ls, rs, os_, lsp, ksp, osp, pads, ws, rd, bg, flip)

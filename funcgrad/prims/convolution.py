@@ -7,6 +7,8 @@ import math
 import numpy as np
 
 from funcgrad import prims as P
+from funcgrad.config import canonical_precision, config
+from funcgrad.core import ArrayBase, bind, user_frame_src
 from funcgrad.prims.conv import (
     ConvDimensionNumbers,
     conv_dimension_numbers,
@@ -16,8 +18,6 @@ from funcgrad.prims.conv import (
     padtype_to_pads,
     stride_dim,
 )
-from funcgrad.config import canonical_precision, config
-from funcgrad.core import ArrayBase, bind, user_frame_src
 
 
 def _ints(name, v, n, default=1):
