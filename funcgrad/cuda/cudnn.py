@@ -58,8 +58,8 @@ _ZERO = {"f": ctypes.c_float(0.0), "d": ctypes.c_double(0.0)}
 def _candidates():
     found = []
     for p in sys.path:
-        for sub in ("cudnn/lib", "cu13/lib", "cu12/lib"):
-            found += glob.glob(os.path.join(p or ".", "nvidia", sub, "libcudnn.so.9"))
+        for sub in ("nvidia/cudnn/lib", "nvidia/cu13/lib", "nvidia/cu12/lib", "torch/lib"):
+            found += glob.glob(os.path.join(p or ".", sub, "libcudnn.so.9"))
     return sorted(set(found)) + ["libcudnn.so.9"]
 
 
@@ -213,18 +213,19 @@ def plan(kind, dtype, x, w, y, fmt, pads, strides, dils, groups, precision):
         st = lib.cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, xd, yd, cd, wd, n,
                                                                ctypes.byref(got), perf)
     choice = None
+    fma = _math_type(dtype, precision) == FMA_MATH
     if st == 0:
-        for r in perf[:got.value]:
-            if r.status == 0 and r.memory <= MAX_WORKSPACE:
+        for r in perf[:got.value]:   # fastest first, by cuDNN's heuristics
+            if r.status == 0 and r.memory <= MAX_WORKSPACE and (
+                    not fma or r.mathType in (FMA_MATH, DEFAULT_MATH)):
                 choice = r
                 break
     if choice is None:
         _plans[key] = None
         return None
-    math = choice.mathType
-    if _math_type(dtype, precision) == FMA_MATH:
-        math = FMA_MATH
-    _check(lib.cudnnSetConvolutionMathType(cd, math), "cudnnSetConvolutionMathType")
+    # the algorithm's math type (its tensor-core variant is listed apart); FMA for full fp32
+    _check(lib.cudnnSetConvolutionMathType(cd, FMA_MATH if fma else choice.mathType),
+           "cudnnSetConvolutionMathType")
     ws = ctypes.c_size_t(0)
     size_fn = {"fwd": (lib.cudnnGetConvolutionForwardWorkspaceSize, (xd, wd, cd, yd)),
                "bwd_data": (lib.cudnnGetConvolutionBackwardDataWorkspaceSize, (wd, yd, cd, xd)),
