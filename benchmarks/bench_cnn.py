@@ -129,6 +129,32 @@ def timed(step_fn, block, reps):
     return first, float(np.median(ts)), min(ts), float(np.asarray(v0)), float(np.asarray(v))
 
 
+CUDNN_NAMES = ("xmma", "cudnn", "conv", "implicit", "wgrad", "dgrad", "fprop", "cutlass", "sm90_",
+               "sm80_", "winograd", "fft")
+
+
+def profile(one, n):
+    """CUPTI kernel times over n more steps (torch.profiler): the top kernels and the share
+    of cuDNN's convolution kernels, printed as a JSON line."""
+    import torch
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as prof_
+    with prof_(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            one()
+        torch.cuda.synchronize()
+    rows = []
+    for e in prof.key_averages():
+        t = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
+        if t:
+            rows.append((t / n / 1e3, e.count // n, e.key[:90]))
+    rows.sort(reverse=True)
+    conv = sum(t for t, _, k in rows if any(c in k.lower() for c in CUDNN_NAMES))
+    total = sum(t for t, _, _ in rows)
+    print(json.dumps({"profile_ms_per_step": round(total, 3), "conv_kernels_ms": round(conv, 3),
+                      "top": [[round(t, 3), c, k] for t, c, k in rows[:14]]}), flush=True)
+
+
 def run_functional(a):
     L = make(a.impl, a.prec)
     rng = np.random.default_rng(0)
@@ -143,7 +169,10 @@ def run_functional(a):
     def one():
         st[0], st[1], v = step(st[0], st[1], x, y)
         return v
-    return L.version, timed(one, L.block, a.reps)
+    res = timed(one, L.block, a.reps)
+    if a.profile:
+        profile(lambda: L.block(one()), a.profile)
+    return L.version, res
 
 
 def run_torch(a, compiled):
@@ -227,21 +256,31 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--px", type=int, default=64)
     ap.add_argument("--reps", type=int, default=10)
-    ap.add_argument("--timeout", type=float, default=300, help="seconds per child process")
+    ap.add_argument("--profile", type=int, default=0,
+                    help="funcgrad / jax: CUPTI kernel table over N more steps (needs torch)")
+    ap.add_argument("--timeout", default="300",
+                    help="seconds per child process: one value, or three (funcgrad,jax,torch)")
     a = ap.parse_args(argv)
     if a.impl != "all":
         return child(a)
     rows = {}
-    for impl in ("funcgrad", "jax", "torch_compile"):
+    limits = [float(t) for t in a.timeout.split(",")]
+    for j, impl in enumerate(("funcgrad", "jax", "torch_compile")):
         cmd = [sys.executable, __file__, "--impl", impl, "--prec", a.prec, "--batch",
                str(a.batch), "--px", str(a.px), "--reps", str(a.reps)]
+        if a.profile and impl == "funcgrad":
+            cmd += ["--profile", str(a.profile)]
+        limit = limits[min(j, len(limits) - 1)]
         try:
-            r = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=a.timeout)
-            line = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
-            rows[impl] = json.loads(line[-1]) if line else {
-                "impl": impl, "error": (r.stderr or r.stdout)[-500:]}
+            r = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=limit)
+            lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
+            rows[impl] = next((json.loads(ln) for ln in lines if '"impl"' in ln), {
+                "impl": impl, "error": (r.stderr or r.stdout)[-500:]})
+            for ln in lines:
+                if '"profile_ms_per_step"' in ln:
+                    print(ln, flush=True)
         except subprocess.TimeoutExpired:
-            rows[impl] = {"impl": impl, "error": f"timed out after {a.timeout} s"}
+            rows[impl] = {"impl": impl, "error": f"timed out after {limit} s"}
         print(json.dumps(rows[impl]), flush=True)
     fg = rows["funcgrad"].get("median_ms")
     for impl in ("jax", "torch_compile"):

@@ -175,7 +175,7 @@ def test_mapping_onto_cudnn_calls_matches_numpy(data):
         ggot = funcgrad.grad(_loss(params, cu(ct)), argnums=(0, 1))(cu(lhs), cu(rhs))
     for g, w in zip(ggot, gwant):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-4, atol=1e-4)
-    if conv_cudnn.choose(lhs.shape, rhs.shape, want.shape, params) is not None:
+    if want.size and conv_cudnn.choose(lhs.shape, rhs.shape, want.shape, params) is not None:
         assert sum(conv_cudnn.calls.values()) > sum(before.values())
 
 

@@ -1,6 +1,9 @@
 """Convolution and window kernels: conv_general_dilated, reduce_window sum/max/min, and the
 select-and-gather / select-and-scatter pair of max-pool gradients.
 
+On a GPU with libcudnn a float convolution and both its gradients run on cuDNN
+(conv_cudnn.py); the kernels below serve the rest (integers, a wider preferred_element_type,
+geometry cuDNN does not take), the simulator, and FUNCGRAD_CUDNN=0.
 A convolution with many taps per output (>= 16 MACs) runs as im2col into a patch matrix plus
 the tiled GEMM of matmul.py (weights read in place unless converted to a wider result
 dtype); a small one as a direct convolution, one output element per thread iteration.

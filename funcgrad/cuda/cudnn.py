@@ -9,10 +9,15 @@ dry run and its CUDA-graph capture choose the same one) and a workspace the call
 the pool. Each call is issued on runtime.stream(): inside a jit plan's capture it is recorded
 into the CUDA graph and replayed with no host work.
 
-Why not the `nvidia-cudnn-frontend` Python package: its graph API executes through Python
-tensor adapters per call and needs framework tensors or its own pointer normalisation, while
-this API takes raw pointers and is captured like any stream work; the heuristics underneath
-are cuDNN's own in both. FUNCGRAD_CUDNN=0 turns cuDNN off (numba kernels everywhere).
+Why this API and not the `nvidia-cudnn-frontend` Python package: both replay from a captured
+CUDA graph (benchmarks/cudnn_probe.py on an H200, 2026-12-02: a 3x3 NHWC conv replayed from a
+torch CUDA graph matched eager through either route). This one needs nothing but libcudnn
+(torch's, or the `cudnn` extra), takes raw pointers with no Python work between the call and
+the library, and its choice (v7 heuristics) is host-only, so the plan's dry run, its eager
+first call and its capture pick the same algorithm and workspace; the frontend's graph API
+would add an 11.6 MB wheel and its own per-call Python dispatch. Its limits, handled by the
+caller (conv_cudnn.py): padding is symmetric and filters are packed (KCRS or KRSC).
+FUNCGRAD_CUDNN=0 turns cuDNN off (numba kernels everywhere).
 
 Example:
     >>> import funcgrad.cuda.cudnn as cudnn
