@@ -214,6 +214,14 @@ def _geo_args(nd):
     return [f"{a}{d}" for d in range(nd) for a in ("od", "idm", "wd", "st", "pl", "bd", "wl")]
 
 
+def _geo_consts(nd, geo):
+    """The window geometry as constants of the kernel's source (one kernel per geometry): the
+    compiler then folds the index arithmetic (divisions by constants, dilation 1 checks) and
+    unrolls the tap loops, which with runtime values cost most of the time of a max-pool's
+    gradient at ResNet sizes."""
+    return [f"    {a} = {int(v)}" for a, v in zip(_geo_args(nd), geo)]
+
+
 def _taps(L, nd, ind, ops, q="q", k="k"):
     """Nested loops over the taps of window (q0, q1, ...): okN says whether the tap reads an
     operand element, and the address of each operand named in `ops` accumulates as <op>aN."""
@@ -227,11 +235,12 @@ def _taps(L, nd, ind, ops, q="q", k="k"):
     return ind, (f"ok{nd - 1}" if nd else "True")
 
 
-def _rw_source(kind: str, nd: int, dtype) -> str:
+def _rw_source(kind: str, nd: int, dtype, geo) -> str:
     ct, out = _acc_t(dtype), nbt(dtype)
-    args = ["n", "x", "xo"] + [f"xs{d}" for d in range(nd)] + ["o", "oo"] + _geo_args(nd)
+    args = ["n", "x", "xo"] + [f"xs{d}" for d in range(nd)] + ["o", "oo"]
     L = [f"\n@cuda.jit({runtime.jit_opts()})", f"def kernel({', '.join(args)}):",
-         "    i = cuda.grid(1)", "    step = cuda.gridsize(1)", "    while i < n:"]
+         *_geo_consts(nd, geo), "    i = cuda.grid(1)", "    step = cuda.gridsize(1)",
+         "    while i < n:"]
     _decompose(L, [f"od{d}" for d in range(nd)], "q")
     L += [f"        acc = {_lit(W.identity(kind, dtype).item(), ct)}", "        xa0 = xo"]
     ind, ok = _taps(L, nd, "        ", ["x"])
@@ -252,9 +261,10 @@ def reduce_window(kind):
         out = pool().empty(aval.shape, aval.dtype)
         if out.size:
             nd = x.ndim
-            _run(("rwin", kind, nd, x.dtype.name), lambda: _rw_source(kind, nd, x.dtype),
-                 out.size, x.arr(), x.offset, *x.strides, out.arr(), out.offset,
-                 *_window_geo(x, params, aval.shape))
+            geo = tuple(_window_geo(x, params, aval.shape))
+            _run(("rwin", kind, nd, x.dtype.name, geo),
+                 lambda: _rw_source(kind, nd, x.dtype, geo),
+                 out.size, x.arr(), x.offset, *x.strides, out.arr(), out.offset)
         return out
     return lower
 
@@ -274,13 +284,14 @@ def _select_lines(L, nd, ind, sel, ct, ident, ops, q="q", k="k"):
     L.append(f"{inner}jf += 1")
 
 
-def _gather_source(sel: str, nd: int, x_dtype, t_dtype) -> str:
+def _gather_source(sel: str, nd: int, x_dtype, t_dtype, geo) -> str:
     ct = compute_t(x_dtype)
     ident = _lit(W.identity(sel, x_dtype).item(), ct)
     args = (["n", "x", "xo"] + [f"xs{d}" for d in range(nd)] + ["t", "to"]
-            + [f"ts{d}" for d in range(nd)] + ["o", "oo"] + _geo_args(nd))
+            + [f"ts{d}" for d in range(nd)] + ["o", "oo"])
     L = [f"\n@cuda.jit({runtime.jit_opts()})", f"def kernel({', '.join(args)}):",
-         "    i = cuda.grid(1)", "    step = cuda.gridsize(1)", "    while i < n:"]
+         *_geo_consts(nd, geo), "    i = cuda.grid(1)", "    step = cuda.gridsize(1)",
+         "    while i < n:"]
     _decompose(L, [f"od{d}" for d in range(nd)], "q")
     _select_lines(L, nd, "        ", sel, ct, ident, ("t",))
     L += [f"        o[oo + i] = t[tsel] if tsel >= 0 else {nbt(t_dtype)}(0)", "        i += step"]
@@ -292,21 +303,22 @@ def select_and_gather_add(bufs, params, aval) -> DeviceBuffer:
     out = pool().empty(aval.shape, aval.dtype)
     if out.size:
         nd, sel = x.ndim, params["select_prim"]
-        _run(("selgather", sel, nd, x.dtype.name, t.dtype.name),
-             lambda: _gather_source(sel, nd, x.dtype, t.dtype), out.size, x.arr(), x.offset,
-             *x.strides, t.arr(), t.offset, *t.strides, out.arr(), out.offset,
-             *_window_geo(x, params, aval.shape))
+        geo = tuple(_window_geo(x, params, aval.shape))
+        _run(("selgather", sel, nd, x.dtype.name, t.dtype.name, geo),
+             lambda: _gather_source(sel, nd, x.dtype, t.dtype, geo), out.size, x.arr(),
+             x.offset, *x.strides, t.arr(), t.offset, *t.strides, out.arr(), out.offset)
     return out
 
 
-def _scatter_source(sel: str, nd: int, x_dtype, s_dtype) -> str:
+def _scatter_source(sel: str, nd: int, x_dtype, s_dtype, geo) -> str:
     ct = compute_t(x_dtype)
     ident = _lit(W.identity(sel, x_dtype).item(), ct)
     acc = _acc_t(s_dtype)
     args = (["n", "x", "xo"] + [f"xs{d}" for d in range(nd)] + ["s", "so"]
-            + [f"ss{d}" for d in range(nd)] + ["o", "oo"] + _geo_args(nd))
+            + [f"ss{d}" for d in range(nd)] + ["o", "oo"])
     L = [f"\n@cuda.jit({runtime.jit_opts()})", f"def kernel({', '.join(args)}):",
-         "    i = cuda.grid(1)", "    step = cuda.gridsize(1)", "    while i < n:"]
+         *_geo_consts(nd, geo), "    i = cuda.grid(1)", "    step = cuda.gridsize(1)",
+         "    while i < n:"]
     _decompose(L, [f"idm{d}" for d in range(nd)], "e")
     L += [f"        acc = {acc}(0)", "        mf = 0", "        sa0 = so"]
     ind = "        "
@@ -337,10 +349,10 @@ def select_and_scatter_add(bufs, params, aval) -> DeviceBuffer:
     if out.size:
         nd, sel = x.ndim, params["select_prim"]
         wout = W.window_out_shape(x.shape, *(params[k] for k in W.WINDOW_KEYS))
-        _run(("selscatter", sel, nd, x.dtype.name, s.dtype.name),
-             lambda: _scatter_source(sel, nd, x.dtype, s.dtype), out.size, x.arr(), x.offset,
-             *x.strides, s.arr(), s.offset, *s.strides, out.arr(), out.offset,
-             *_window_geo(x, params, wout))
+        geo = tuple(_window_geo(x, params, wout))
+        _run(("selscatter", sel, nd, x.dtype.name, s.dtype.name, geo),
+             lambda: _scatter_source(sel, nd, x.dtype, s.dtype, geo), out.size, x.arr(),
+             x.offset, *x.strides, s.arr(), s.offset, *s.strides, out.arr(), out.offset)
     return out
 
 
