@@ -4,8 +4,10 @@ launch stream, with descriptors, heuristic algorithm and workspace size cached p
 libcudnn.so.9 is found in an `nvidia` wheel on sys.path (torch's, or the optional `cudnn`
 extra: `pip install 'funcgrad[cudnn]'`, nvidia-cudnn-cu13), else on the loader's path. The
 calls are cuDNN's convolution API (cudnnConvolutionForward / BackwardData / BackwardFilter)
-with an algorithm from cudnnGet*Algorithm_v7 (host-side heuristics, no trial runs, so a plan's
-dry run and its CUDA-graph capture choose the same one) and a workspace the caller takes from
+with an algorithm chosen once per geometry: cudnnGet*Algorithm_v7's heuristic candidates,
+timed by cudnnFind*AlgorithmEx on scratch buffers (FUNCGRAD_CUDNN_FIND=0: the heuristics'
+first), never while a graph is captured (a plan's dry run meets every geometry first, so its
+capture reuses the cached choice and workspace size), and a workspace the caller takes from
 the pool. Each call is issued on runtime.stream(): inside a jit plan's capture it is recorded
 into the CUDA graph and replayed with no host work.
 
@@ -13,9 +15,8 @@ Why this API and not the `nvidia-cudnn-frontend` Python package: both replay fro
 CUDA graph (benchmarks/cudnn_probe.py on an H200, 2026-12-02: a 3x3 NHWC conv replayed from a
 torch CUDA graph matched eager through either route). This one needs nothing but libcudnn
 (torch's, or the `cudnn` extra), takes raw pointers with no Python work between the call and
-the library, and its choice (v7 heuristics) is host-only, so the plan's dry run, its eager
-first call and its capture pick the same algorithm and workspace; the frontend's graph API
-would add an 11.6 MB wheel and its own per-call Python dispatch. Its limits, handled by the
+the library, and its choice is cached per geometry before any capture; the frontend's graph
+API would add an 11.6 MB wheel and its own per-call Python dispatch. Its limits, handled by the
 caller (conv_cudnn.py): padding is symmetric and filters are packed (KCRS or KRSC).
 FUNCGRAD_CUDNN=0 turns cuDNN off (numba kernels everywhere).
 
@@ -42,6 +43,11 @@ NCHW, NHWC = 0, 1
 CROSS_CORRELATION = 1
 DEFAULT_MATH, TENSOR_OP_MATH, FMA_MATH = 0, 1, 3
 MAX_WORKSPACE = 1 << 30      # bytes: algorithms needing more are skipped
+# FUNCGRAD_CUDNN_FIND=0: take the heuristics' first algorithm; else (the default) time the
+# candidates once per geometry on scratch buffers (cudnnFind*AlgorithmEx, as torch's
+# cudnn.benchmark and XLA's autotuning do), outside any capture
+FIND = os.environ.get("FUNCGRAD_CUDNN_FIND", "1").strip() != "0"
+FIND_WORKSPACE = 512 << 20
 KINDS = ("fwd", "bwd_data", "bwd_filter")
 INT_MAX = 2 ** 31 - 1
 
@@ -217,14 +223,16 @@ def plan(kind, dtype, x, w, y, fmt, pads, strides, dils, groups, precision):
     else:
         st = lib.cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, xd, yd, cd, wd, n,
                                                                ctypes.byref(got), perf)
-    choice = None
     fma = _math_type(dtype, precision) == FMA_MATH
-    if st == 0:
-        for r in perf[:got.value]:   # fastest first, by cuDNN's heuristics
-            if r.status == 0 and r.memory <= MAX_WORKSPACE and (
-                    not fma or r.mathType in (FMA_MATH, DEFAULT_MATH)):
-                choice = r
-                break
+    choice = _first(perf, got.value, fma) if st == 0 else None
+    if choice is not None and FIND and runtime._stream is None:   # not while capturing
+        try:
+            found = _find(kind, lib, handle, dtype, (xd, x), (wd, w), (yd, y), cd, perf,
+                          got.value, fma)
+        except Exception:   # noqa: BLE001 - the heuristics' choice stands
+            found = None
+        if found is not None:
+            choice = found
     if choice is None:
         _plans[key] = None
         return None
@@ -245,6 +253,52 @@ def plan(kind, dtype, x, w, y, fmt, pads, strides, dils, groups, precision):
         _plans.clear()
     _plans[key] = p
     return p
+
+
+def _first(perf, n, fma):
+    """The first usable result (fastest first, as cuDNN sorts them): succeeded, within the
+    workspace limit, and an FMA algorithm when full float32 is asked for."""
+    for r in perf[:n]:
+        if r.status == 0 and r.memory <= MAX_WORKSPACE and (
+                not fma or r.mathType in (FMA_MATH, DEFAULT_MATH)):
+            return r
+    return None
+
+
+def _extent(dims, strides, itemsize) -> int:
+    return (sum((d - 1) * s for d, s in zip(dims, strides)) + 1) * itemsize
+
+
+def _find(kind, lib, handle, dtype, x, w, y, cd, perf, n, fma):
+    """cudnnFind*AlgorithmEx over scratch copies of the operands (timed runs on the legacy
+    stream): the fastest usable result, or None."""
+    from funcgrad.cuda.arrays import device_pointer
+    cuda = runtime.load()
+    it = np.dtype(dtype).itemsize
+    need = max((r.memory for r in perf[:n] if r.status == 0), default=0)
+    wsb = min(max(need, 1), FIND_WORKSPACE)
+    bufs = [cuda.device_array(max(nb, 1), np.uint8) for nb in (
+        _extent(*x[1], it), int(np.prod(w[1])) * it, _extent(*y[1], it), wsb)]
+    X, W, Y, WS = (ctypes.c_void_p(device_pointer(b)) for b in bufs)
+    _check(lib.cudnnSetStream(handle, None), "cudnnSetStream")
+    _state["stream"] = 0
+    res = (_Perf * 16)()
+    got = ctypes.c_int(0)
+    size = ctypes.c_size_t(wsb)
+    if kind == "fwd":
+        st = lib.cudnnFindConvolutionForwardAlgorithmEx(
+            handle, x[0], X, w[0], W, cd, y[0], Y, 16, ctypes.byref(got), res, WS, size)
+    elif kind == "bwd_data":
+        st = lib.cudnnFindConvolutionBackwardDataAlgorithmEx(
+            handle, w[0], W, y[0], Y, cd, x[0], X, 16, ctypes.byref(got), res, WS, size)
+    else:
+        st = lib.cudnnFindConvolutionBackwardFilterAlgorithmEx(
+            handle, x[0], X, y[0], Y, cd, w[0], W, 16, ctypes.byref(got), res, WS, size)
+    cuda.synchronize()
+    del bufs
+    if st != 0:
+        return None
+    return _first(res, got.value, fma)
 
 
 def execute(p: _Plan, xp: int, wp: int, yp: int, ws_ptr: int) -> None:
