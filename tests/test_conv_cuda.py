@@ -199,3 +199,21 @@ def test_cnn_grad_and_jitted_adam_step_equal_cpu(conv_path):
     for k in params:
         np.testing.assert_allclose(np.asarray(outs["cuda"][0][k]), np.asarray(outs["cpu"][0][k]),
                                    rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("window,strides,padding", [
+    ((1, 3, 3, 1), (1, 2, 2, 1), ((0, 0), (1, 1), (1, 1), (0, 0))),   # ResNet's stem pool
+    ((1, 2, 2, 1), (1, 2, 2, 1), ((0, 0), (0, 0), (0, 0), (0, 0))),
+    ((2, 3, 1, 2), (1, 1, 2, 2), ((1, 0), (0, 2), (1, 1), (0, 1)))])
+def test_max_pool_gradient_two_passes_equal_cpu(window, strides, padding):
+    """select_and_scatter_add's two passes (the windows' selections once, then each element
+    reads those of the windows holding it) against numpy, rounded values making ties."""
+    rng = np.random.default_rng(4)
+    x = np.round(rng.standard_normal((2, 7, 6, 3)) * 2).astype(np.float32)
+    p = {"window_dimensions": window, "window_strides": strides, "padding": padding,
+         "base_dilation": (1,) * 4, "window_dilation": (1,) * 4}
+    out = reduce_window_max_p.impl(x, **p)
+    src = rng.standard_normal(out.shape).astype(np.float32)
+    want = select_and_scatter_add_p.impl(src, x, select_prim="ge", **p)
+    got = bind(select_and_scatter_add_p, cu(src), cu(x), select_prim="ge", **p)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6, atol=1e-6)
