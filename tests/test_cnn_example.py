@@ -39,3 +39,24 @@ def test_cnn_predict_shapes_and_pooling():
     assert train_cnn.predict(params, x).shape == (3, 10)
     pooled = np.asarray(train_cnn.max_pool(x))
     np.testing.assert_array_equal(pooled, x.reshape(3, 4, 2, 4, 2, 1).max(axis=(2, 4)))
+
+
+def test_resnet_predict_shapes_and_gradient():
+    """--model resnet's network at tiny widths: logits per image, a finite gradient for every
+    kernel, the synthetic images' labels in range."""
+    import numpy as np
+    import train_cnn
+    rng = np.random.default_rng(0)
+    params = train_cnn.init_resnet(rng, stages=(4, 8, 8, 8))
+    assert [("proj" in b) for b in params["blocks"]] == [False, False, True, False, False,
+                                                         False, False, False]
+    x, y = train_cnn.synthetic_images(rng, 2, 8)
+    assert x.shape == (2, 8, 8, 3) and y.min() >= 0 and y.max() < 10
+    assert train_cnn.predict_resnet(params, x).shape == (2, 10)
+
+    def loss(p):
+        logits = train_cnn.predict_resnet(p, x)
+        return funcgrad.numpy.mean(funcgrad.nn.softmax_cross_entropy_with_integer_labels(
+            logits, y))
+    grads = funcgrad.grad(loss)(params)
+    assert all(np.isfinite(np.asarray(g)).all() for g in funcgrad.tree_util.tree_leaves(grads))
