@@ -66,7 +66,16 @@ def _path(mode):
         kernels.MODE = old
 
 
-@pytest.fixture(params=["direct", "gemm"])
+def _cudnn_here() -> bool:
+    from funcgrad.cuda import cudnn
+    return not SIM and cudnn.backend().startswith("cudnn")
+
+
+PATHS = ["direct", "gemm", pytest.param("cudnn", marks=pytest.mark.skipif(
+    not _cudnn_here(), reason="needs a GPU with libcudnn.so.9"))]
+
+
+@pytest.fixture(params=PATHS)
 def conv_path(request):
     with _path(request.param):
         yield request.param
@@ -75,7 +84,7 @@ def conv_path(request):
 CONFIGS = st.composite(lambda draw: conv_configs(draw, st, nonempty=True))()
 
 
-@pytest.mark.parametrize("mode", ["direct", "gemm"])
+@pytest.mark.parametrize("mode", PATHS)
 @settings(max_examples=8 if SIM else 50, deadline=None)
 @given(data=st.data())
 def test_random_convolutions_match_numpy(mode, data):
