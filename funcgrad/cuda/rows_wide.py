@@ -74,7 +74,9 @@ def source(kind: str, dtype, V: int) -> str:
     neg = f"{ct}(-math.inf)"
     sig = "R, N, x, xo, lab, labo, " + ("err, " if kind == "fwd" else "cr, cro, ") + "o, oo"
     head = f"from funcgrad.cuda.vecmem import ldv{V}, stv{V}\n" if vec else ""
-    src = [f"\n@cuda.jit({runtime.jit_opts()})", f"def kernel({sig}):",
+    # (a block of 1024 threads must fit an SM: at most 64 registers a thread)
+    bounds = "" if sim else f", launch_bounds=({T}, 1)"
+    src = [f"\n@cuda.jit({runtime.jit_opts()}{bounds})", f"def kernel({sig}):",
            f"    sh = cuda.shared.array({T}, {ct})", f"    shb = cuda.shared.array(1, {ct})",
            "    t = cuda.threadIdx.x", "    row = cuda.blockIdx.x", "    while row < R:",
            "        base = xo + row * N", f"        m = {neg}", f"        a_ = {ct}(0)"]
