@@ -112,7 +112,7 @@ def test_head_gradients_in_place_match_numpy(V, rng):
     f = funcgrad.jit(funcgrad.value_and_grad(lambda h, w, t: _head_loss(h, w, t)[0], (0, 1)))
     args = [fcuda_put(a) for a in (h, w, tgt)]
     desc = f.lower(*args).compile().describe()
-    assert "softmax_xent_bwd -> f64[2,3,%d] (in place over its logits)" % V in desc, desc
+    assert f"softmax_xent_bwd -> f64[2,3,{V}] (in place over its logits)" in desc, desc
     want = _numpy_head(h, w, tgt)
     for _ in range(3):   # the eager first call, the recorded one, planned calls
         loss, (dh, dw) = f(*args)

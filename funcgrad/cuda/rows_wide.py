@@ -24,7 +24,6 @@ import numpy as np
 from funcgrad.cuda import runtime
 from funcgrad.cuda.arrays import DeviceBuffer, pool
 from funcgrad.cuda.elementwise import compute_t, contiguous, nbt
-from funcgrad.cuda.fused import allreduce
 
 UNROLL = 2       # runs a thread loads before it uses them (loads in flight)
 
@@ -64,6 +63,49 @@ def _runs(V, U, body_load, body_use, ind="        "):
     return lines + [f"{ind}    j += {step}"]
 
 
+def _merge(m1, s1, m2, s2, neg, ct, ind):
+    """Lines making (m1, s1) the pair of both (m1, s1) and (m2, s2): the larger maximum (NaN
+    wins) and both sums rescaled to it (a pair that saw only -inf adds nothing)."""
+    return [f"{ind}mm_ = {m1} if ({m1} > {m2} or {m1} != {m1}) else {m2}",
+            (f"{ind}{s1} = ({s1} * math.exp({m1} - mm_) if {m1} != {neg} else {ct}(0)) + "
+             f"({s2} * math.exp({m2} - mm_) if {m2} != {neg} else {ct}(0))"),
+            f"{ind}{m1} = mm_"]
+
+
+def _block_pair(T, sim, neg, ct, ind="        "):
+    """Lines giving every thread of the block the block's (mx, a_) from each thread's (m, a_):
+    shuffles in each warp, then warp 0 over the warps' pairs (a shared-memory tree in the
+    simulator, which has no shuffles); the order is fixed."""
+    lines = [f"{ind}mx = m"]
+    if sim:
+        lines += [f"{ind}shm[t] = mx", f"{ind}shs[t] = a_", f"{ind}cuda.syncthreads()",
+                  f"{ind}h_ = {T // 2}", f"{ind}while h_ > 0:", f"{ind}    if t < h_:",
+                  f"{ind}        m2_ = shm[t + h_]", f"{ind}        s2_ = shs[t + h_]",
+                  f"{ind}        m1_ = shm[t]", f"{ind}        s1_ = shs[t]"]
+        lines += _merge("m1_", "s1_", "m2_", "s2_", neg, ct, ind + "        ")
+        lines += [f"{ind}        shm[t] = m1_", f"{ind}        shs[t] = s1_",
+                  f"{ind}    cuda.syncthreads()", f"{ind}    h_ //= 2",
+                  f"{ind}mx = shm[0]", f"{ind}a_ = shs[0]", f"{ind}cuda.syncthreads()"]
+        return lines
+
+    def warp(i2):
+        out = [f"{i2}off = 16", f"{i2}while off > 0:",
+               f"{i2}    m2_ = cuda.shfl_down_sync(0xffffffff, mx, off)",
+               f"{i2}    s2_ = cuda.shfl_down_sync(0xffffffff, a_, off)"]
+        return out + _merge("mx", "a_", "m2_", "s2_", neg, ct, i2 + "    ") + [
+            f"{i2}    off //= 2"]
+    lines += warp(ind)
+    lines += [f"{ind}if t % 32 == 0:", f"{ind}    shm[t // 32] = mx", f"{ind}    shs[t // 32] = a_",
+              f"{ind}cuda.syncthreads()", f"{ind}if t < 32:",
+              f"{ind}    mx = shm[t] if t < {T // 32} else {neg}",
+              f"{ind}    a_ = shs[t] if t < {T // 32} else {ct}(0)"]
+    lines += warp(ind + "    ")
+    lines += [f"{ind}    if t == 0:", f"{ind}        shm[0] = mx", f"{ind}        shs[0] = a_",
+              f"{ind}cuda.syncthreads()", f"{ind}mx = shm[0]", f"{ind}a_ = shs[0]",
+              f"{ind}cuda.syncthreads()"]
+    return lines
+
+
 def source(kind: str, dtype, V: int) -> str:
     """kernel(R, N, x, xo, lab, labo, <err | cr, cro>, o, oo) for kind "fwd" (o: the loss
     per row; err: the bad-label flags) or "bwd" (o: dlogits rows; cr: the cotangent per row),
@@ -77,7 +119,7 @@ def source(kind: str, dtype, V: int) -> str:
     # (a block of 1024 threads must fit an SM: at most 64 registers a thread)
     bounds = "" if sim else f", launch_bounds=({T}, 1)"
     src = [f"\n@cuda.jit({runtime.jit_opts()}{bounds})", f"def kernel({sig}):",
-           f"    sh = cuda.shared.array({T}, {ct})", f"    shb = cuda.shared.array(1, {ct})",
+           f"    shm = cuda.shared.array({T}, {ct})", f"    shs = cuda.shared.array({T}, {ct})",
            "    t = cuda.threadIdx.x", "    row = cuda.blockIdx.x", "    while row < R:",
            "        base = xo + row * N", f"        m = {neg}", f"        a_ = {ct}(0)"]
 
@@ -96,11 +138,7 @@ def source(kind: str, dtype, V: int) -> str:
         return lines
 
     src += _runs(V, UNROLL, load, stats)
-    # the block's pairs: the maximum, then every sum rescaled to it (a thread that saw only
-    # -inf adds nothing; a NaN maximum makes every term NaN)
-    src += ["        mx = m"] + allreduce("mx", "max", ct, T, not sim)
-    src += [f"        a_ = a_ * math.exp(m - mx) if m != {neg} else {ct}(0)"]
-    src += allreduce("a_", "sum", ct, T, not sim)
+    src += _block_pair(T, sim, neg, ct)
     src += [f"        if mx == {neg}:", f"            a_ = {ct}(math.nan)"]   # a row of -inf
     if kind == "fwd":
         src += ["        if t == 0:", "            c = int64(lab[labo + row])",
