@@ -203,3 +203,23 @@ def test_gpt2_vocabulary_rows_on_gpu(rng):
         loss, (dh, dw) = f(*args)
         for a, b in zip((loss, dh, dw), want):
             np.testing.assert_allclose(np.asarray(a), b, rtol=1e-10, atol=1e-13)
+
+
+def test_transposed_products_are_made_in_their_layout(rng):
+    """transpose(dot_general(a, b)) read by nothing else is dot_general(b, a) (rewrites/
+    dot_transpose.py): the tied head's weight gradient comes out [V, d], no view of [d, V]."""
+    h, w, tgt = _inputs(rng, 132, dtype=np.float32)
+    f = funcgrad.jit(funcgrad.grad(lambda h, w, t: _head_loss(h, w, t)[0], 1))
+    args = [fcuda_put(a) for a in (h, w, tgt)]
+    desc = f.lower(*args).compile().describe()
+    assert "dot_general -> f32[132,4]" in desc and "transpose -> f32[132,4]" not in desc, desc
+    a, b = rng.standard_normal((3, 5)), rng.standard_normal((5, 2))
+    once = funcgrad.jit(lambda a, b: (a @ b).T)
+    twice = funcgrad.jit(lambda a, b: ((a @ b).T, (a @ b)[0]))   # the product read twice
+    ad, bd = fcuda_put(a), fcuda_put(b)
+    assert "transpose" not in once.lower(ad, bd).compile().describe()
+    assert "transpose" in twice.lower(ad, bd).compile().describe()
+    np.testing.assert_allclose(np.asarray(once(ad, bd)), (a @ b).T, rtol=1e-12)
+    t, r = twice(ad, bd)
+    np.testing.assert_allclose(np.asarray(t), (a @ b).T, rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(r), (a @ b)[0], rtol=1e-12)

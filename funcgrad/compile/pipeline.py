@@ -11,7 +11,13 @@ lists that compile/passes.py's `optimize` and transforms/ad.py's forward pass re
 from __future__ import annotations
 
 from funcgrad.compile import passes
-from funcgrad.compile.rewrites import attention, attention_bwd, attention_lse, rows
+from funcgrad.compile.rewrites import (
+    attention,
+    attention_bwd,
+    attention_lse,
+    dot_transpose,
+    rows,
+)
 from funcgrad.transforms import ad
 
 FORWARD = (
@@ -21,6 +27,7 @@ PRE = (
     rows.rewrite,
 )
 POST = (
+    dot_transpose.rewrite,    # transpose(dot_general(a, b)) -> dot_general(b, a) (tied heads)
     attention_lse.rewrite,    # attention + attention_stats of one step -> attention_fwdl (+lse)
     attention_bwd.rewrite,    # attention_dq + attention_dkv of one operand set -> attention_bwd
     attention_bwd.pack,       # right after the rewrite above, which makes what it matches
