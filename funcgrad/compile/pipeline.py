@@ -16,6 +16,7 @@ from funcgrad.compile.rewrites import (
     attention_bwd,
     attention_lse,
     dot_transpose,
+    remat,
     rows,
 )
 from funcgrad.transforms import ad
@@ -32,6 +33,7 @@ POST = (
     attention_bwd.rewrite,    # attention_dq + attention_dkv of one operand set -> attention_bwd
     attention_bwd.pack,       # right after the rewrite above, which makes what it matches
     attention.rewrite,        # composed softmax(q k^T) v -> the flash attention primitive
+    remat.rewrite,            # large elementwise results read late -> recomputed there
 )
 
 
