@@ -15,7 +15,6 @@ from funcgrad.compile.rewrites import (
     attention,
     attention_bwd,
     attention_lse,
-    dot_transpose,
     remat,
     rows,
 )
@@ -28,7 +27,6 @@ PRE = (
     rows.rewrite,
 )
 POST = (
-    dot_transpose.rewrite,    # transpose(dot_general(a, b)) -> dot_general(b, a) (tied heads)
     attention_lse.rewrite,    # attention + attention_stats of one step -> attention_fwdl (+lse)
     attention_bwd.rewrite,    # attention_dq + attention_dkv of one operand set -> attention_bwd
     attention_bwd.pack,       # right after the rewrite above, which makes what it matches

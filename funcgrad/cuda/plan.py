@@ -71,6 +71,8 @@ class Plan:
     """Executable for one optimized expression on the "cuda" device."""
 
     def __init__(self, backend, expr, consts, donate=()):
+        from funcgrad.compile.rewrites import dot_transpose
+        expr = dot_transpose.rewrite(expr, consts)[0]   # (x . y)^T made as y . x
         self.backend, self.expr, self.donate = backend, expr, tuple(donate)
         self.consts = [c.buf if isinstance(c, Array) and c.device == "cuda"
                        else backend.from_numpy(np.asarray(c)) for c in consts]

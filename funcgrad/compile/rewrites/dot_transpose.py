@@ -9,7 +9,9 @@ with its operands swapped (C^T = B^T A^T: the same products and sums; the GEMM l
 add them in another order).
 
 Matched when the dot_general has no batch dimensions, its result is read by the transpose
-alone and is no output, and the permutation puts b's free dims (in order) before a's.
+alone and is no output, and the permutation puts b's free dims (in order) before a's. The CUDA
+plan applies it to its expression (cuda/plan.py); the CPU plan has its own handling of (x . y)^T
+(its line fusion computes it as y . x inside the consumer).
 """
 from __future__ import annotations
 
