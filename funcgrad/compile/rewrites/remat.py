@@ -9,12 +9,15 @@ get a copy of the elementwise equations computed right before the first of them,
 forward's result dies with its early readers. Operands count as kept when they or results
 computed from them by cheap equations are read at or after the late readers (a plan's fused
 kernels recompute such results from the operand: S1's GELU derivative reads the GEMM's
-output, the bias add and the tanh in one kernel of the backward). At GPT-2 small (T 1024, batch 8) that is 12
-GELU outputs of 96 MiB off the step's peak, as torch.compile's min-cut rematerialization does.
+output, the bias add and the tanh in one kernel of the backward). At GPT-2 small (S1: T 1024,
+batch 8) that is 11 GELU outputs of 96 MiB (the last layer's is read at once), at S2 the SwiGLU
+products: the plans' dry-run arenas go from 6,404 to 5,348 MiB and from 6,087 to 4,855 MiB
+(simulator, 2026-12-02), as torch.compile's min-cut rematerialization does; each costs one
+elementwise kernel in the backward (S1: ~0.05 ms a layer by its bytes, not yet timed).
 
 Matched for results of at least MIN_BYTES (FUNCGRAD_REMAT_MIN_MIB, default 64; 0 turns the
 rewrite off) made by at most MAX_CHAIN elementwise, broadcast, reshape or convert equations
-from leaves that are parameters, constants, or variables read at or after the late readers;
+from arguments and at most MAX_LEAVES other variables, each kept until the late readers;
 "late" readers are those after a gap of at least GAP equations in the result's reader list.
 """
 from __future__ import annotations
@@ -26,6 +29,7 @@ from funcgrad.core import Eqn, Expr, Var
 
 MIN_BYTES = int(float(os.environ.get("FUNCGRAD_REMAT_MIN_MIB", "64")) * (1 << 20))
 MAX_CHAIN = 48
+MAX_LEAVES = 2      # operands other than arguments: GELU's pre-activation, SwiGLU's two
 GAP = 40
 _LAYOUT = frozenset((P.broadcast_in_dim_p, P.reshape_p, P.convert_element_type_p))
 
@@ -110,6 +114,8 @@ def rewrite(expr: Expr, consts: list, min_bytes: int | None = None) -> tuple[Exp
         if found is None:
             continue
         chain, leaves = found
+        if sum(x not in args for x in leaves) > MAX_LEAVES:
+            continue     # a sum of many results (a residual stream): not an activation
         if any(x not in args and _reach(x, v, users, last) < late[0] for x in leaves):
             continue     # recomputing would keep an operand alive longer
         plans.append((late[0], v, chain, late))
