@@ -73,3 +73,15 @@ def test_reuse_follows_step_dependencies():
     assert run(None)[1] == ("arena", 0)
     assert run([0, 1, 0b10])[1] == ("arena", 0)          # step 2 depends on step 1: reuse
     assert run([0, 1, 0])[1] == ("arena", memplan.ALIGN)  # independent: a fresh place
+
+
+def test_large_allocations_reuse_across_unordered_steps(monkeypatch):
+    # as above with independent steps, but b is at least ORDER_FREE_BYTES: it takes a's bytes
+    monkeypatch.setattr(memplan, "ORDER_FREE_BYTES", 512)
+
+    def run(size):
+        rec = _recorder([("alloc", size), ("free", 0), ("alloc", size)])
+        rec.at = [[0, 1], [2, None]]
+        return memplan.pack(rec, [], [0, 1, 0]).places
+    assert run(512)[1] == ("arena", 0)
+    assert run(256)[1] == ("arena", memplan.ALIGN)

@@ -11,7 +11,13 @@ lists that compile/passes.py's `optimize` and transforms/ad.py's forward pass re
 from __future__ import annotations
 
 from funcgrad.compile import passes
-from funcgrad.compile.rewrites import attention, attention_bwd, attention_lse, rows
+from funcgrad.compile.rewrites import (
+    attention,
+    attention_bwd,
+    attention_lse,
+    remat,
+    rows,
+)
 from funcgrad.transforms import ad
 
 FORWARD = (
@@ -25,6 +31,7 @@ POST = (
     attention_bwd.rewrite,    # attention_dq + attention_dkv of one operand set -> attention_bwd
     attention_bwd.pack,       # right after the rewrite above, which makes what it matches
     attention.rewrite,        # composed softmax(q k^T) v -> the flash attention primitive
+    remat.rewrite,            # large elementwise results read late -> recomputed there
 )
 
 

@@ -1,6 +1,7 @@
 """Row kernels for the fused last-axis primitives of funcgrad/prims/rows.py: softmax, log_softmax,
 softmax_xent, layer_norm and rms_norm, one block per row (rows of up to 1024 elements take the
-warp-per-row kernels of rows.py instead, except softmax_xent).
+warp-per-row kernels of rows.py instead, except softmax_xent, whose rows over 1024 elements take
+the one-pass kernel of rows_wide.py).
 
 Threads stride over the row and combine through a block all-reduce: warp shuffles then one
 shared slot per warp on a GPU, a shared-memory tree in the simulator (no shuffles there). The
@@ -123,10 +124,13 @@ def softmax(x, log=False):
 
 def softmax_xent(x, labels):
     x, labels = _flat(x), _flat(labels)
-    out = pool().empty(labels.shape, x.dtype)
     n = x.shape[-1]
+    out = pool().empty(labels.shape, x.dtype) if rows.fits(n) or not x.size else None
     err = error_flags()
-    if x.size:
+    if x.size and not rows.fits(n):   # wide rows: one online pass (rows_wide.py)
+        from funcgrad.cuda import rows_wide
+        out = rows_wide.xent(x, labels, err)
+    elif x.size:
         _run("softmax_xent", x, [labels.arr(), err.arr()], out, label_dtype=labels.dtype.name)
     elif labels.size:   # no classes: every label is out of range
         return _bad_label(int(to_host(labels).reshape(-1)[0]), n)

@@ -14,6 +14,7 @@ a step may read the previous step's results while writing new ones), flags to th
 from __future__ import annotations
 
 import math
+import os
 import weakref
 
 import numpy as np
@@ -22,6 +23,13 @@ from funcgrad.cuda import runtime
 from funcgrad.cuda.arrays import Block, DeviceBuffer, Pool, Raw, c_strides
 
 ALIGN = 256
+# allocations this large take memory freed by any earlier step, ordered with it or not: the
+# kernels that touch them fill the GPU by themselves, so the order the reuse adds between two
+# steps costs no overlap worth having, and keeping them apart cost S1 (GPT-2 small; its plan's
+# dry run in the simulator, 2026-12-02) a 6,876 MiB arena against 6,404 MiB of buffers alive
+# at its peak (5,828 against 5,348 with the GELU outputs recomputed, rewrites/remat.py; with
+# this exemption the arena is the live peak in both; at 128 MiB, 5,732)
+ORDER_FREE_BYTES = int(os.environ.get("FUNCGRAD_MEMPLAN_ORDER_FREE_MIB", "64")) << 20
 
 
 def _align(n: int) -> int:
@@ -134,7 +142,8 @@ def pack(rec: Recorder, out_blocks, anc=None) -> Layout:
     the step's results live in (each gets a slot of its own in the output sets). With `anc`
     (each plan step's ancestor steps as a bit mask), memory passes only from an allocation to
     one whose step depends on its last use, so reuse adds no ordering between steps that could
-    run side by side in a concurrent graph (concurrent.py)."""
+    run side by side in a concurrent graph (concurrent.py); a pair of which one allocation
+    has ORDER_FREE_BYTES or more is exempt (the GPU-filling kernels of real-size models)."""
     out_k = {}
     for b in out_blocks:
         if isinstance(b, _RecBlock) and b.rec is rec and b.k not in out_k:
@@ -151,7 +160,7 @@ def pack(rec: Recorder, out_blocks, anc=None) -> Layout:
     def clash(b, d, k, pb, pd, pk):
         if pb < d and b < pd:
             return True
-        if anc is None:
+        if anc is None or max(rec.sizes[k], rec.sizes[pk]) >= ORDER_FREE_BYTES:
             return False
         return not (_ordered(at[pk], at[k], anc) if pd <= b else _ordered(at[k], at[pk], anc))
 

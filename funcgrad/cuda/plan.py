@@ -31,6 +31,7 @@ from funcgrad.cuda import (
     inplace,
     memplan,
     rows_fuse,
+    rows_inplace,
     runtime,
 )
 from funcgrad.cuda.lowering import lower
@@ -70,10 +71,13 @@ class Plan:
     """Executable for one optimized expression on the "cuda" device."""
 
     def __init__(self, backend, expr, consts, donate=()):
+        from funcgrad.compile.rewrites import dot_transpose
+        expr = dot_transpose.rewrite(expr, consts)[0]   # (x . y)^T made as y . x
         self.backend, self.expr, self.donate = backend, expr, tuple(donate)
         self.consts = [c.buf if isinstance(c, Array) and c.device == "cuda"
                        else backend.from_numpy(np.asarray(c)) for c in consts]
-        self.steps = rows_fuse.fuse(epilogue.fuse(fusion.plan_steps(expr), expr), expr)
+        self.steps = rows_inplace.fuse(
+            rows_fuse.fuse(epilogue.fuse(fusion.plan_steps(expr), expr), expr), expr)
         self.kernels: dict = {}  # (fused source, layouts) -> compiled kernel
         last = {}   # last use of every variable, to release buffers early
         for i, (kind, s) in enumerate(self.steps):

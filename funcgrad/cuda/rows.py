@@ -323,14 +323,19 @@ def vector_width(dtype, N: int, bufs) -> int:
     return V if all(aligned(b, V, runtime.SIM) for b in bufs) else 1
 
 
-def run(kind, ins: list, out_shape, dtype, eps=None, acc=None) -> DeviceBuffer:
+def run(kind, ins: list, out_shape, dtype, eps=None, acc=None, into=None) -> DeviceBuffer:
     """The row primitive `kind` of contiguous-row operands `ins` (x-like first); `acc` (rows
-    shaped like x, norm backward only): the dx rows stored are out(dx) + acc."""
+    shaped like x, norm backward only): the dx rows stored are out(dx) + acc; `into`: a
+    contiguous buffer of the result's shape and type to store it in (softmax_xent_bwd may be
+    given its x: a warp reads its row before it stores it; rows_inplace.py)."""
     from funcgrad.cuda.reduce import _reduce3
     x = ins[0]
     N = x.shape[-1]
     R = x.size // N if N else 0
-    out = pool().empty(out_shape, dtype)
+    if kind == "softmax_xent_bwd" and not fits(N):   # rows wider than a warp's registers
+        from funcgrad.cuda import rows_wide
+        return rows_wide.xent_bwd(*ins, out=into)
+    out = pool().empty(out_shape, dtype) if into is None else into
     k = PARTIALS.get(kind, 0)
     if out.size == 0:
         return out
