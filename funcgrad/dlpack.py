@@ -18,6 +18,7 @@ import ctypes
 import numpy as np
 
 from funcgrad.core import Array, ShapedArray, get_backend
+from funcgrad.core.dtypes import dtype_kind
 
 kDLCPU, kDLCUDA, kDLCUDAManaged = 1, 2, 13
 _CODES = {"i": 0, "u": 1, "f": 2, "b": 6}
@@ -82,7 +83,7 @@ def _capsule(ptr: int, shape, strides, dtype: np.dtype, device: tuple, keep) -> 
     m.dl_tensor.data = ptr or None
     m.dl_tensor.device = DLDevice(*device)
     m.dl_tensor.ndim = nd
-    m.dl_tensor.dtype = DLDataType(_CODES[dtype.kind], dtype.itemsize * 8, 1)
+    m.dl_tensor.dtype = DLDataType(_CODES[dtype_kind(dtype)], dtype.itemsize * 8, 1)
     m.dl_tensor.shape = ctypes.cast(shp, ctypes.POINTER(ctypes.c_int64))
     m.dl_tensor.strides = ctypes.cast(st, ctypes.POINTER(ctypes.c_int64))
     m.dl_tensor.byte_offset = 0

@@ -31,6 +31,7 @@ import numpy as np
 
 from funcgrad import numpy as fnp
 from funcgrad.core import SUPPORTED_DTYPES, ArrayBase, Tracer
+from funcgrad.core.dtypes import dtype_kind
 from funcgrad.tree_util import (
     DictKey,
     FlattenedIndexKey,
@@ -124,7 +125,7 @@ def _encode(node, names: dict, path=()):
                         f"at {keystr(path) or 'the root'}")
     keys = _entry_keys(nd)
     kids = [_encode(c, names, path + (k,)) for c, k in zip(children, keys)]
-    kind = nd.kind
+    kind = dtype_kind(nd)
     if kind == PyTreeKind.NONE:
         return {"t": "none"}
     if kind in _DICT_KINDS:

@@ -29,6 +29,7 @@ import numpy as np
 from funcgrad import lax
 from funcgrad import numpy as fnp
 from funcgrad.core import ArrayBase, Tracer
+from funcgrad.core.dtypes import dtype_kind
 
 __all__ = [
     "PRNGKey",
@@ -156,7 +157,7 @@ def PRNGKey(seed) -> ArrayBase:
         hi = 0 if -2 ** 31 <= seed < 2 ** 31 else (seed >> 32) & 0xFFFFFFFF
         return fnp.asarray(np.array([hi, seed & 0xFFFFFFFF], dtype=_U32))
     seed = fnp.asarray(seed)
-    if seed.shape != () or seed.dtype.kind not in "iu":
+    if seed.shape != () or dtype_kind(seed.dtype) not in "iu":
         raise TypeError(f"PRNGKey: the seed must be an integer scalar, got "
                         f"{seed.dtype.name}{list(seed.shape)}")
     if seed.dtype.itemsize == 8:
@@ -259,7 +260,7 @@ def fold_in(key, data):
         d = np.uint32(int(data) & 0xFFFFFFFF)
     else:
         d = fnp.asarray(data)
-        if d.shape != () or d.dtype.kind not in "iu":
+        if d.shape != () or dtype_kind(d.dtype) not in "iu":
             raise TypeError(f"fold_in: data must be an integer scalar, got "
                             f"{d.dtype.name}{list(d.shape)}")
         d = fnp.asarray(d, _U32)
@@ -296,7 +297,7 @@ def bits(key, shape=(), dtype=None):
 
 def _float_dtype(dtype, name):
     dt = np.dtype(fnp.canonical_dtype(dtype) or np.float32)
-    if dt.kind != "f":
+    if dtype_kind(dt) != "f":
         raise TypeError(f"{name}: dtype must be a floating type, got {dt.name}")
     return dt
 
@@ -476,7 +477,7 @@ def _int_bound(v, dtype):
         iv = int(v)
         return fnp.asarray(np.int64(min(max(iv, info.min), info.max))), iv > info.max
     a = fnp.asarray(v)
-    if a.dtype.kind not in "iu":
+    if dtype_kind(a.dtype) not in "iu":
         a = fnp.asarray(a, np.int32)
     a = fnp.asarray(a, np.int64)
     return fnp.clip(a, int(info.min), int(info.max)), a > int(info.max)
@@ -504,7 +505,7 @@ def randint(key, shape, minval, maxval, dtype=None):
         True
     """
     dtype = np.dtype(fnp.canonical_dtype(dtype) or np.int32)
-    if dtype.kind not in "iu" or dtype.itemsize > 4:
+    if dtype_kind(dtype) not in "iu" or dtype.itemsize > 4:
         raise TypeError(f"randint: dtype must be an integer type of at most 32 bits, got "
                         f"{dtype.name}")
     shape = _shape(shape)
@@ -542,7 +543,7 @@ def bernoulli(key, p=0.5, shape=None):
         dtype('bool')
     """
     p = fnp.asarray(p)
-    if p.dtype.kind != "f":
+    if dtype_kind(p.dtype) != "f":
         p = fnp.asarray(p, np.float32)
     shape = tuple(p.shape) if shape is None else _shape(shape)
     return uniform(key, shape, p.dtype) < p

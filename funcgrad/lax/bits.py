@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from funcgrad import numpy as fnp
+from funcgrad.core.dtypes import dtype_kind
 from funcgrad.transforms.custom import custom_jvp
 
 _INT = {8: np.int8, 16: np.int16, 32: np.int32, 64: np.int64}
@@ -68,13 +69,13 @@ def _bits_to_float(i, dt):
 
 def _to_signed(x):
     """x's bits as a signed integer of its width."""
-    if x.dtype.kind == "f":
+    if dtype_kind(x.dtype) == "f":
         return _float_to_bits(x)
-    return x if x.dtype.kind == "i" else fnp.asarray(x, _INT[x.dtype.itemsize * 8])
+    return x if dtype_kind(x.dtype) == "i" else fnp.asarray(x, _INT[x.dtype.itemsize * 8])
 
 
 def _from_signed(i, dt):
-    if dt.kind == "f":
+    if dtype_kind(dt) == "f":
         return _bits_to_float(i, dt)
     return fnp.asarray(i, dt)
 
@@ -100,7 +101,7 @@ def bitcast_convert_type(operand, new_dtype):
     x = fnp.asarray(operand)
     src, dst = x.dtype, np.dtype(new_dtype)
     for d in (src, dst):
-        if d.kind not in "iuf" or (d.kind == "f" and d not in _FLOAT):
+        if dtype_kind(d) not in "iuf" or (dtype_kind(d) == "f" and d not in _FLOAT):
             raise TypeError(f"bitcast_convert_type: dtype {d.name} is not supported (int/uint "
                             f"8-64 and float16/32/64 are)")
     if src == dst:
@@ -135,7 +136,7 @@ def clz(x):
         [32, 31, 24, 0]
     """
     x = fnp.asarray(x)
-    if x.dtype.kind not in "iu":
+    if dtype_kind(x.dtype) not in "iu":
         raise TypeError(f"clz: an integer operand is required, got {x.dtype.name}")
     width = x.dtype.itemsize * 8
     ut = _UINT[width]

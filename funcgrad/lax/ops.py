@@ -15,8 +15,9 @@ import numpy as np
 
 from funcgrad import numpy as fnp
 from funcgrad import prims as P
-from funcgrad.lax.special import digamma, erf_inv, erfc, lgamma  # noqa: F401
 from funcgrad.core import ArrayBase, bind, user_frame_src
+from funcgrad.core.dtypes import dtype_kind
+from funcgrad.lax.special import digamma, erf_inv, erfc, lgamma  # noqa: F401
 from funcgrad.numpy._cumulative import associative_scan_axis
 
 # ---------------------------------------------------------------------------------------------
@@ -269,10 +270,10 @@ def _start_list(name, x, start_indices, allow_negative_indices):
                        else np.int64(s + n if w and s < 0 else s))
             continue
         s = fnp.asarray(s)
-        if s.ndim != 0 or s.dtype.kind not in "iu":
+        if s.ndim != 0 or dtype_kind(s.dtype) not in "iu":
             raise TypeError(f"{name}: start indices must be integer scalars, got "
                             f"{s.aval.str_short()}\n  at {user_frame_src()}")
-        if w and s.dtype.kind == "i":
+        if w and dtype_kind(s.dtype) == "i":
             s = fnp.where(s < 0, s + np.asarray(n, s.dtype), s)
         out.append(s)
     return out

@@ -16,6 +16,7 @@ import numpy as np
 from funcgrad import numpy as fnp
 from funcgrad import prims as P
 from funcgrad.core import bind
+from funcgrad.core.dtypes import dtype_kind
 from funcgrad.transforms.custom import custom_jvp
 
 
@@ -31,7 +32,7 @@ _DG = (1 / 12, -1 / 120, 1 / 252, -1 / 240, 1 / 132, -691 / 32760, 1 / 12)
 
 def _float(x):
     x = fnp.asarray(x)
-    return x if x.dtype.kind == "f" else fnp.asarray(x, np.float32)
+    return x if dtype_kind(x.dtype) == "f" else fnp.asarray(x, np.float32)
 
 
 def _lgamma_pos(x):

@@ -11,8 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from funcgrad import numpy as fnp
-from funcgrad.lax.special import digamma, lgamma
+from funcgrad.core.dtypes import dtype_kind
 from funcgrad.lax.control_flow import while_loop
+from funcgrad.lax.special import digamma, lgamma
 from funcgrad.transforms.custom import custom_jvp
 
 
@@ -20,7 +21,7 @@ def _floats(*xs):
     """Broadcast to one float dtype (ints -> float32); (work arrays, result dtype)."""
     arrs = [fnp.asarray(x) for x in xs]
     dt = np.result_type(*[a.dtype for a in arrs])
-    if dt.kind != "f":
+    if dtype_kind(dt) != "f":
         dt = np.dtype(np.float32)
     work = np.float32 if dt == np.float16 else dt
     shape = np.broadcast_shapes(*[tuple(a.shape) for a in arrs])

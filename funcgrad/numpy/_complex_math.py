@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from funcgrad import prims as P
-from funcgrad.prims import complex as PC
+from funcgrad.core.dtypes import dtype_kind
 from funcgrad.numpy import _elementwise as R
 from funcgrad.numpy import _ufuncs as U
 from funcgrad.numpy._elementwise import _fl, arctan2, hypot, signbit
@@ -34,6 +34,7 @@ from funcgrad.numpy._ufuncs import (
     sqrt,
     where,
 )
+from funcgrad.prims import complex as PC
 
 _NAN, _INF, _PI = float("nan"), float("inf"), math.pi
 
@@ -223,7 +224,7 @@ def _arctan_c(z):
 def _dispatch(name, real, cplx, doc):
     def f(x):
         x = _fl(x)
-        return cplx(x) if x.dtype.kind == "c" else real(x)
+        return cplx(x) if dtype_kind(x.dtype) == "c" else real(x)
     f.__name__ = f.__qualname__ = name
     f.__doc__ = doc
     return f

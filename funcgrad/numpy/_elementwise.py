@@ -13,8 +13,8 @@ import math
 import numpy as np
 
 from funcgrad import prims as P
-from funcgrad.prims import complex as PC
 from funcgrad.core import is_float, is_int
+from funcgrad.core.dtypes import dtype_kind
 from funcgrad.numpy._base import asarray, promote_args, result_type
 from funcgrad.numpy._ufuncs import (
     _float_dtype,
@@ -39,6 +39,7 @@ from funcgrad.numpy._ufuncs import (
     sqrt,
     where,
 )
+from funcgrad.prims import complex as PC
 
 # ---------------------------------------------------------------------------------------------
 # arctan and the functions built on it
@@ -398,20 +399,20 @@ def real(val):
         [1.0]
     """
     x = asarray(val)
-    return PC.real(x) if x.dtype.kind == "c" else x
+    return PC.real(x) if dtype_kind(x.dtype) == "c" else x
 
 
 def imag(val):
     """The imaginary part (zeros for real dtypes)."""
     from funcgrad.numpy._base import zeros_like
     x = asarray(val)
-    return PC.imag(x) if x.dtype.kind == "c" else zeros_like(x)
+    return PC.imag(x) if dtype_kind(x.dtype) == "c" else zeros_like(x)
 
 
 def conjugate(x):
     """The complex conjugate (the array itself for real dtypes)."""
     x = asarray(x)
-    return PC.conj(x) if x.dtype.kind == "c" else x
+    return PC.conj(x) if dtype_kind(x.dtype) == "c" else x
 
 
 conj = conjugate
@@ -426,7 +427,7 @@ def angle(z, deg=False):
         1.570796
     """
     z = asarray(z)
-    if z.dtype.kind != "c":
+    if dtype_kind(z.dtype) != "c":
         z = _fl(z)
         out = arctan2(imag(z), z)
     else:
@@ -446,7 +447,7 @@ def isreal(x):
 
 def iscomplexobj(x):
     """Whether x has a complex dtype."""
-    return asarray(x).dtype.kind == "c"
+    return dtype_kind(asarray(x).dtype) == "c"
 
 
 def isrealobj(x):
@@ -499,7 +500,7 @@ def nextafter(x1, x2):
     """
     from funcgrad.numpy._ufuncs import log2, power
     a, b = _promote("nextafter", x1, x2, dtype=_float_dtype(x1, x2))
-    if a.dtype.kind != "f":
+    if dtype_kind(a.dtype) != "f":
         raise TypeError(f"nextafter: real floating-point operands required, got {a.dtype.name}")
     fi = np.finfo(a.dtype)
     emin, nmant = int(fi.minexp), int(fi.nmant)
@@ -527,7 +528,7 @@ def bitwise_count(x):
     x = asarray(x)
     if not is_int(x.dtype) and x.dtype != np.bool_:
         raise TypeError("bitwise_count: integer input required")
-    v = abs(x) if x.dtype.kind == "i" else x
+    v = abs(x) if dtype_kind(x.dtype) == "i" else x
     out = P.zeros_like(asarray(v, np.int32)) if x.dtype != np.bool_ else asarray(x, np.uint8)
     if x.dtype == np.bool_:
         return out

@@ -4,11 +4,12 @@ from __future__ import annotations
 import string
 
 from funcgrad import prims as P
-from funcgrad.prims import complex as PC
 from funcgrad.core import type_error
+from funcgrad.core.dtypes import dtype_kind
 from funcgrad.numpy._base import asarray, broadcast_shapes, broadcast_to, reshape, result_type
 from funcgrad.numpy._shape import transpose
 from funcgrad.numpy._ufuncs import sum
+from funcgrad.prims import complex as PC
 
 
 def _promote2(op, a, b):
@@ -83,7 +84,7 @@ def dot(a, b, *, precision=None):
 def vdot(a, b, *, precision=None):
     """Dot product of the flattened arrays, conjugating a first (numpy.vdot)."""
     a = asarray(a)
-    if a.dtype.kind == "c":
+    if dtype_kind(a.dtype) == "c":
         a = PC.conj(a)
     return dot(reshape(a, (-1,)), reshape(b, (-1,)), precision=precision)
 

@@ -13,9 +13,8 @@ from collections import namedtuple
 
 import numpy as np
 
-from funcgrad.prims import linalg as LP
-from funcgrad.prims import linalg_spectral as LS
 from funcgrad.core import bind, type_error
+from funcgrad.core.dtypes import dtype_kind
 from funcgrad.numpy._base import asarray, broadcast_shapes, broadcast_to, reshape, result_type
 from funcgrad.numpy._shape import concatenate, flip, moveaxis, take_along_axis
 from funcgrad.numpy._sorting import argsort
@@ -32,6 +31,8 @@ from funcgrad.numpy._ufuncs import (
     sum,
     where,
 )
+from funcgrad.prims import linalg as LP
+from funcgrad.prims import linalg_spectral as LS
 
 EighResult = namedtuple("EighResult", ["eigenvalues", "eigenvectors"])
 QRResult = namedtuple("QRResult", ["Q", "R"])
@@ -43,7 +44,7 @@ def _inexact(*xs):
     """Operands as arrays of one inexact dtype (integers and bools become float32; complex
     stays complex)."""
     dt = result_type(*xs)
-    dt = dt if dt.kind in "fc" else np.dtype(np.float32)
+    dt = dt if dtype_kind(dt) in "fc" else np.dtype(np.float32)
     return [asarray(x, dt) for x in xs]
 
 
@@ -60,13 +61,13 @@ def _complex(name):
 
 
 def _is_complex(*xs) -> bool:
-    return builtins.any(x.dtype.kind == "c" for x in xs)
+    return builtins.any(dtype_kind(x.dtype) == "c" for x in xs)
 
 
 def _mH(x):
     """The conjugate transpose of the last two axes (the transpose for real x)."""
     from funcgrad.prims import complex as PC
-    return PC.conj(_mT(x)) if x.dtype.kind == "c" else _mT(x)
+    return PC.conj(_mT(x)) if dtype_kind(x.dtype) == "c" else _mT(x)
 
 
 def _matrix(name, x, square=False):
@@ -233,7 +234,7 @@ def eigvalsh(a, UPLO="L", *, symmetrize_input=True):
 
 def s_dtype(a):
     """The (real) dtype of a's singular values and eigenvalues."""
-    return np.dtype(f"f{a.dtype.itemsize // 2}") if a.dtype.kind == "c" else a.dtype
+    return np.dtype(f"f{a.dtype.itemsize // 2}") if dtype_kind(a.dtype) == "c" else a.dtype
 
 
 def _complement(q, k):

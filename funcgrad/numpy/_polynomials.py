@@ -8,6 +8,7 @@ import math
 import numpy as np
 
 from funcgrad.core import ArrayBase
+from funcgrad.core.dtypes import dtype_kind
 from funcgrad.numpy._base import (
     _ScalarType,
     arange,
@@ -293,8 +294,8 @@ def vectorize(pyfunc, *, excluded=frozenset(), signature=None):
     """numpy.vectorize via vmap over the broadcast leading axes (elementwise functions)."""
     import functools
 
-    from funcgrad.transforms.batching import vmap
     from funcgrad.numpy._base import broadcast_arrays
+    from funcgrad.transforms.batching import vmap
 
     @functools.wraps(pyfunc)
     def wrapped(*args):
@@ -327,7 +328,7 @@ def isdtype(dtype, kind):
              "numeric": "iufc"}
     for k in kinds:
         if isinstance(k, str):
-            if d.kind in table[k]:
+            if dtype_kind(d) in table[k]:
                 return True
         elif d == np.dtype(k):
             return True

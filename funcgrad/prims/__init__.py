@@ -13,6 +13,7 @@ import numpy as np
 
 from funcgrad.config import canonical_precision, config
 from funcgrad.core import ShapedArray, bind, defprim, is_float, is_int, real_dtype, type_error
+from funcgrad.core.dtypes import dtype_kind
 
 # ---------------------------------------------------------------------------------------------
 # helpers shared by the rules
@@ -23,12 +24,12 @@ FLOAT_KINDS, INT_KINDS, BOOL_KINDS = "f", "iu", "b"
 
 def _inexact(dtype) -> bool:
     """Float or complex: the dtypes that carry gradients."""
-    return np.dtype(dtype).kind in "fc"
+    return dtype_kind(np.dtype(dtype)) in "fc"
 
 
 def _dtype_ok(name, avals, kinds):
     for a in avals:
-        if a.dtype.kind not in kinds:
+        if dtype_kind(a.dtype) not in kinds:
             raise type_error(name, f"dtype {a.dtype.name} is not supported", avals)
 
 
@@ -163,7 +164,7 @@ erf_p = _unary_diff(                                                        # 2/
     kinds="f")
 def _abs_dir(x, out):
     """d|x|: sign x for reals; for complex z, |z|/z = conj(z)/|z| (0 at z = 0, like JAX)."""
-    if x.dtype.kind != "c":
+    if dtype_kind(x.dtype) != "c":
         return bind(sign_p, x)
     zero = eq(x, zeros_like(x))
     return select(zero, zeros_like(x), div(convert(out, x.dtype), select(zero, full_like(x, 1), x)))
@@ -214,7 +215,7 @@ def _convert_jvp(ts, xs, *, out, new_dtype):
 
 
 def _convert_impl(x, *, new_dtype):
-    if x.dtype.kind == "c" and np.dtype(new_dtype).kind in "fiu":   # JAX: the real part
+    if x.dtype.kind == "c" and dtype_kind(new_dtype) in "fiu":   # JAX: the real part
         return x.real.astype(new_dtype)
     return x.astype(new_dtype)
 
@@ -427,7 +428,7 @@ def _select_impl(p, x, y):
     # selects blend bit patterns instead, out = y ^ ((x ^ y) & -p), exact for every value
     x, y = np.asarray(x), np.asarray(y)
     shape = np.broadcast_shapes(np.shape(p), x.shape, y.shape)
-    if (math.prod(shape) < 8192 or x.dtype != y.dtype or x.dtype.kind not in "fiu"
+    if (math.prod(shape) < 8192 or x.dtype != y.dtype or dtype_kind(x.dtype) not in "fiu"
             or x.dtype.itemsize not in (4, 8)):
         return np.where(p, x, y)
     u = np.dtype(f"u{x.dtype.itemsize}")

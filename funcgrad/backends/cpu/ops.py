@@ -14,8 +14,10 @@ from __future__ import annotations
 import numpy as np
 
 from funcgrad.backends import scalar_exprs as sx
+
 # the supported dtypes' numba type names (their compute types)
 from funcgrad.backends.scalar_exprs import NB
+from funcgrad.core.dtypes import dtype_kind
 
 
 def supported(dtype) -> bool:
@@ -98,7 +100,7 @@ def exact(e) -> bool:
     """Whether the kernel computes equation e bit for bit as its numpy impl does."""
     name = e.prim.name
     if name == "integer_pow":
-        return e.out.aval.dtype.kind != "f" or e.params["y"] in (-1, 0, 1, 2)
+        return dtype_kind(e.out.aval.dtype) != "f" or e.params["y"] in (-1, 0, 1, 2)
     return name not in INEXACT
 
 

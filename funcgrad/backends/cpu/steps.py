@@ -15,15 +15,24 @@ import os
 import numpy as np
 
 from funcgrad import prims as P
-from funcgrad.compile.clustering import external_inputs, fusible, plan_steps
-from funcgrad.core import Lit
 from funcgrad.backends.cpu import (
     blas as cpu_blas,
+)
+from funcgrad.backends.cpu import (
     kernels as cpu_kernels,
+)
+from funcgrad.backends.cpu import (
     ops as cpu_ops,
+)
+from funcgrad.backends.cpu import (
     parallel as cpu_parallel,
+)
+from funcgrad.backends.cpu import (
     rows as cpu_rows,
 )
+from funcgrad.compile.clustering import external_inputs, fusible, plan_steps
+from funcgrad.core import Lit
+from funcgrad.core.dtypes import dtype_kind
 
 # primitives with an njit twin of their numpy impl (bit for bit), used by fused programs
 ROW_TWINS = {"softmax_xent": cpu_rows.xent_into, "softmax_xent_bwd": cpu_rows.xent_bwd_into}
@@ -263,7 +272,7 @@ def _colsum_into(aval, axes):
         def total(x, out):
             row_sums(x.reshape(1, n), out.reshape(1))
         return total
-    if (tuple(axes) != tuple(range(k)) or k == nd or aval.dtype.kind not in "fiu"
+    if (tuple(axes) != tuple(range(k)) or k == nd or dtype_kind(aval.dtype) not in "fiu"
             or not cpu_ops.supported(aval.dtype)):
         return None
     m, n = math.prod(aval.shape[:k]), math.prod(aval.shape[k:])
@@ -292,7 +301,7 @@ def _dot_into(xa, ya, dimension_numbers, out_aval, blas_held=False):
     product is not one matmul of views (the numpy impl takes it then)."""
     (lc, rc), (lb, _) = dimension_numbers
     if (lb or len(out_aval.shape) != 2 or not out_aval.size or xa.dtype != out_aval.dtype
-            or ya.dtype != out_aval.dtype or out_aval.dtype.kind not in "fiu"):
+            or ya.dtype != out_aval.dtype or dtype_kind(out_aval.dtype) not in "fiu"):
         return None
     mx, my = _matrix(xa, lc, False), _matrix(ya, rc, True)
     if mx is None or my is None:

@@ -29,6 +29,7 @@ import numpy as np
 
 from funcgrad import prims as P
 from funcgrad.core import Expr, Lit, Var, bind, eqn_tag, new_builder, source_info
+from funcgrad.core.dtypes import dtype_kind
 from funcgrad.prims import rows as F
 
 _RED = {P.reduce_sum_p: "sum", P.reduce_max_p: "max"}
@@ -361,7 +362,7 @@ class _Matcher:
 
 def _match(m, e):
     """(prim, operands, params) replacing eqn e, or None."""
-    if e.out.aval.dtype.kind != "f":
+    if dtype_kind(e.out.aval.dtype) != "f":
         return None
     if e.prim is P.sub_p or e.prim is P.neg_p:
         xy = m.xent(e.out)       # loss[...] = logsumexp(x[..., :]) - x[..., y]
