@@ -21,17 +21,51 @@ from funcgrad.cuda.arrays import DeviceBuffer, c_strides, const, pool, zero_cons
 # type helpers and the scalar-op table (shared with the CPU backend: backends/scalar_exprs.py)
 # ---------------------------------------------------------------------------------------------
 
-NB = {"float16": "float16", **sx.NB, "complex64": "complex64", "complex128": "complex128"}
+NB = {"float16": "float16", **sx.NB, "complex64": "complex64", "complex128": "complex128",
+      "bfloat16": "uint16"}   # bfloat16 is stored as its bits (funcgrad/cuda/half.py)
+HALF = ("float16", "bfloat16")   # computed in float32
 
 
 def nbt(dtype) -> str:
-    """The numba type name of a numpy dtype."""
-    return NB[np.dtype(dtype).name]
+    """The numba type name of a numpy dtype (of its storage: uint16 for bfloat16)."""
+    name = np.dtype(dtype).name
+    t = NB.get(name)
+    if t is None:
+        raise TypeError(f"the CUDA backend has no kernels for {name} (a storage-only dtype: "
+                        "convert it to a float dtype first)")
+    return t
 
 
 def compute_t(dtype) -> str:
+    """The numba type a kernel computes values of `dtype` in (float32 for 16-bit floats)."""
     d = np.dtype(dtype)
-    return "float32" if d == np.float16 else nbt(d)
+    return "float32" if d.name in HALF else nbt(d)
+
+
+def load(dtype, ref: str) -> str:
+    """Source of an element `ref` of a `dtype` array as a value of its compute type."""
+    if np.dtype(dtype).name == "bfloat16":
+        return f"bf16_ld({ref})"
+    return f"{compute_t(dtype)}({ref})"
+
+
+def storer(dtype) -> str:
+    """The function turning a compute-type value into an element of a `dtype` array (its
+    numba type; bfloat16: bf16_st, its bits rounded to nearest even)."""
+    return "bf16_st" if np.dtype(dtype).name == "bfloat16" else nbt(dtype)
+
+
+def store(dtype, expr: str) -> str:
+    """Source of a compute-type value `expr` as an element of a `dtype` array."""
+    return f"{storer(dtype)}({expr})"
+
+
+def rounded(dtype, expr: str) -> str:
+    """`expr` cast to the compute type of `dtype`, rounded to `dtype` first where that type is
+    wider (a bfloat16 intermediate of a fused kernel: the value a store would keep)."""
+    if np.dtype(dtype).name == "bfloat16":
+        return f"bf16_rnd({expr})"
+    return f"{compute_t(dtype)}({expr})"
 
 
 # helper device functions, specialised per compute type (typed constants keep float32 float32,
@@ -165,10 +199,11 @@ def _source(name, dtypes, out_dtype, lays, out_lay, rank, params, idx32=False):
 
     names = []
     for j, (lay, dt) in enumerate(zip(lays, dtypes)):
-        body.append(f"        a{j} = {compute_t(dt)}(x{j}[{off(f'x{j}', f'x{j}o', lay)}])")
+        ref = f"x{j}[{off(f'x{j}', f'x{j}o', lay)}]"
+        body.append(f"        a{j} = {load(dt, ref)}")
         names.append(f"a{j}")
     expr, helpers = scalar(name, names, dtypes[0] if dtypes else out_dtype, out_dtype, params)
-    body.append(f"        o[{off('o', 'oo', out_lay)}] = {nbt(out_dtype)}({expr})")
+    body.append(f"        o[{off('o', 'oo', out_lay)}] = {store(out_dtype, expr)}")
     body.append("        i += step")
     src = helper_source(helpers, opts)
     src += f"\n@cuda.jit({opts})\ndef kernel({', '.join(args)}):\n" + "\n".join(body) + "\n"
