@@ -13,14 +13,21 @@ import os
 
 import numpy as np
 
-from funcgrad.backends import kernel_files
 from funcgrad import prims as P
+from funcgrad.backends import kernel_files
 from funcgrad.compile.clustering import Cluster, external_inputs, fusible, is_view_bcast  # noqa: F401
 from funcgrad.compile.clustering import plan_steps as _plan_steps
 from funcgrad.core import Lit, Var
 from funcgrad.core.dtypes import dtype_kind
-from funcgrad.cuda.elementwise import (compute_t, coordinates, helper_source, load, rounded,
-                                       scalar, store)
+from funcgrad.cuda.elementwise import (
+    compute_t,
+    coordinates,
+    helper_source,
+    load,
+    rounded,
+    scalar,
+    store,
+)
 
 # ---------------------------------------------------------------------------------------------
 # code generation

@@ -19,10 +19,10 @@ import math
 
 import numpy as np
 
+from funcgrad.core.dtypes import dtype_kind
 from funcgrad.cuda import reduce_kernels as RK
 from funcgrad.cuda import runtime
 from funcgrad.cuda.arrays import DeviceBuffer, pool
-from funcgrad.core.dtypes import dtype_kind
 from funcgrad.cuda.elementwise import HALF, contiguous, load, nbt, run, store
 from funcgrad.cuda.fusion import aligned
 

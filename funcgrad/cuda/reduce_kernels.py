@@ -16,7 +16,8 @@ the shape only, so the order never varies).
 from __future__ import annotations
 
 from funcgrad.cuda import runtime
-from funcgrad.cuda.elementwise import load as ld_expr, nbt, storer
+from funcgrad.cuda.elementwise import load as ld_expr
+from funcgrad.cuda.elementwise import nbt, storer
 
 
 def ident(kind, acc) -> str:
