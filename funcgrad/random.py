@@ -29,7 +29,7 @@ import numpy as np
 from funcgrad import lax
 from funcgrad import numpy as fnp
 from funcgrad.core import ArrayBase, Tracer
-from funcgrad.core.dtypes import dtype_kind
+from funcgrad.core.dtypes import dtype_kind, is_half
 
 __all__ = [
     "PRNGKey",
@@ -362,7 +362,7 @@ def _horner(coeffs, w):
 def _erf_inv(x):
     """Inverse error function on (-1, 1): Giles' approximation, refined by Newton in float64."""
     dt = x.dtype
-    xw = fnp.asarray(x, np.float32) if dt == np.float16 else x
+    xw = fnp.asarray(x, np.float32) if is_half(dt) else x
     w = -fnp.log((1.0 - xw) * (1.0 + xw))
     central = _horner(_ERFINV_CENTRAL, w - 2.5)
     tail = _horner(_ERFINV_TAIL, fnp.sqrt(w) - 3.0)

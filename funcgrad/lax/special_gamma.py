@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from funcgrad import numpy as fnp
-from funcgrad.core.dtypes import dtype_kind
-from funcgrad.lax.control_flow import while_loop
+from funcgrad.core.dtypes import compute_dtype, dtype_kind
 from funcgrad.lax.special import digamma, lgamma
+from funcgrad.lax.control_flow import while_loop
 from funcgrad.transforms.custom import custom_jvp
 
 
@@ -23,7 +23,7 @@ def _floats(*xs):
     dt = np.result_type(*[a.dtype for a in arrs])
     if dtype_kind(dt) != "f":
         dt = np.dtype(np.float32)
-    work = np.float32 if dt == np.float16 else dt
+    work = compute_dtype(dt)
     shape = np.broadcast_shapes(*[tuple(a.shape) for a in arrs])
     return [fnp.broadcast_to(fnp.asarray(a, work), shape) for a in arrs], dt
 

@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from funcgrad import prims as P
+from funcgrad.prims import complex as PC
 from funcgrad.core.dtypes import dtype_kind
 from funcgrad.numpy import _elementwise as R
 from funcgrad.numpy import _ufuncs as U
@@ -34,7 +35,6 @@ from funcgrad.numpy._ufuncs import (
     sqrt,
     where,
 )
-from funcgrad.prims import complex as PC
 
 _NAN, _INF, _PI = float("nan"), float("inf"), math.pi
 

@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from funcgrad import prims as P
+from funcgrad.prims import complex as PC
 from funcgrad.core import is_float, is_int
 from funcgrad.core.dtypes import dtype_kind
 from funcgrad.numpy._base import asarray, promote_args, result_type
@@ -39,7 +40,6 @@ from funcgrad.numpy._ufuncs import (
     sqrt,
     where,
 )
-from funcgrad.prims import complex as PC
 
 # ---------------------------------------------------------------------------------------------
 # arctan and the functions built on it

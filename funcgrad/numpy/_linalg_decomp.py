@@ -13,6 +13,8 @@ from collections import namedtuple
 
 import numpy as np
 
+from funcgrad.prims import linalg as LP
+from funcgrad.prims import linalg_spectral as LS
 from funcgrad.core import bind, type_error
 from funcgrad.core.dtypes import dtype_kind
 from funcgrad.numpy._base import asarray, broadcast_shapes, broadcast_to, reshape, result_type
@@ -31,8 +33,6 @@ from funcgrad.numpy._ufuncs import (
     sum,
     where,
 )
-from funcgrad.prims import linalg as LP
-from funcgrad.prims import linalg_spectral as LS
 
 EighResult = namedtuple("EighResult", ["eigenvalues", "eigenvectors"])
 QRResult = namedtuple("QRResult", ["Q", "R"])
