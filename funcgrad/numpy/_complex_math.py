@@ -14,7 +14,7 @@ import numpy as np
 
 from funcgrad import prims as P
 from funcgrad.prims import complex as PC
-from funcgrad.core.dtypes import dtype_kind
+from funcgrad.core.dtypes import dtype_kind, finfo
 from funcgrad.numpy import _elementwise as R
 from funcgrad.numpy import _ufuncs as U
 from funcgrad.numpy._elementwise import _fl, arctan2, hypot, signbit
@@ -63,7 +63,7 @@ def _k(v, like):
 
 
 def _huge(x):
-    return math.sqrt(np.finfo(x.dtype).max) / 4
+    return math.sqrt(finfo(x.dtype).max) / 4
 
 
 # ---------------------------------------------------------------------------------------------
