@@ -29,7 +29,7 @@ import numpy as np
 from funcgrad import lax
 from funcgrad import numpy as fnp
 from funcgrad.core import ArrayBase, Tracer
-from funcgrad.core.dtypes import dtype_kind
+from funcgrad.core.dtypes import dtype_kind, finfo, is_half
 
 __all__ = [
     "PRNGKey",
@@ -315,6 +315,9 @@ def _unit_floats(key, shape, dtype):
     if dtype == np.float16:  # 10 mantissa bits from a 16-bit word
         m = ((b1 ^ b2) & 0xFFFF) >> 6
         return fnp.asarray(fnp.asarray(m, np.float32) * 2.0 ** -10, np.float16)
+    if is_half(dtype):  # bfloat16: 7 mantissa bits from an 8-bit word (JAX: fewer than 8 bits
+        m = ((b1 ^ b2) & 0xFF) >> 1  # of mantissa draw bits(key, 8), as `bits(key, s, uint8)`)
+        return fnp.asarray(fnp.asarray(m, np.float32) * 2.0 ** -7, dtype)
     return fnp.asarray((b1 ^ b2) >> 9, np.float32) * np.float32(2.0 ** -23)
 
 
@@ -324,7 +327,7 @@ def uniform(key, shape=(), dtype=None, minval=0.0, maxval=1.0):
     Args:
         key: a ``uint32[2]`` key.
         shape: the output shape.
-        dtype: a float dtype (float32 by default; float16 and float64 too).
+        dtype: a float dtype (float32 by default; float16, bfloat16 and float64 too).
         minval: lower bound (inclusive), broadcastable to ``shape``.
         maxval: upper bound (exclusive), broadcastable to ``shape``.
 
@@ -362,7 +365,7 @@ def _horner(coeffs, w):
 def _erf_inv(x):
     """Inverse error function on (-1, 1): Giles' approximation, refined by Newton in float64."""
     dt = x.dtype
-    xw = fnp.asarray(x, np.float32) if dt == np.float16 else x
+    xw = fnp.asarray(x, np.float32) if is_half(dt) else x
     w = -fnp.log((1.0 - xw) * (1.0 + xw))
     central = _horner(_ERFINV_CENTRAL, w - 2.5)
     tail = _horner(_ERFINV_TAIL, fnp.sqrt(w) - 3.0)
@@ -453,10 +456,10 @@ def gumbel(key, shape=(), dtype=None, mode=None):
     dtype = _float_dtype(dtype, "gumbel")
     shape = _shape(shape)
     if mode in (None, "low"):
-        u = uniform(key, shape, dtype, float(np.finfo(dtype).tiny), 1.0)
+        u = uniform(key, shape, dtype, float(finfo(dtype).tiny), 1.0)
         return -fnp.log(-fnp.log(u))
     if mode == "high":
-        info = np.finfo(dtype)
+        info = finfo(dtype)
         both = uniform(key, (2,) + shape, dtype, 0.0, 1.0)
         high, low = both[0], both[1]
         x = fnp.where(high >= 0.5, high,

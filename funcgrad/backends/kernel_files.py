@@ -16,7 +16,6 @@ import sys
 import threading
 
 import numpy as np
-
 from funcgrad.core.dtypes import dtype_kind
 
 _lock = threading.Lock()

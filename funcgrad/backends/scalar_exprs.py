@@ -14,7 +14,6 @@ import re
 import numpy as np
 
 from funcgrad.core.dtypes import dtype_kind
-
 # numba type names of the real dtypes both backends compute in their own type
 NB = {"float32": "float32", "float64": "float64", "int8": "int8", "uint8": "uint8",
       "int16": "int16", "uint16": "uint16", "int32": "int32", "uint32": "uint32",

@@ -14,6 +14,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from funcgrad.transforms import loops as loops_rules  # noqa: F401  (registers jvp, reverse mode and batching)
+from funcgrad.transforms.ad import _as_value
 from funcgrad.core import ArrayBase, ShapedArray, Tracer, aval_of, user_frame_src
 from funcgrad.core.dtypes import dtype_kind
 from funcgrad.prims.loops import (
@@ -26,8 +28,6 @@ from funcgrad.prims.loops import (
     trace_closed,
     while_p,
 )
-from funcgrad.transforms import loops as loops_rules  # noqa: F401  (registers jvp, reverse mode and batching)
-from funcgrad.transforms.ad import _as_value
 from funcgrad.tree_util import tree_flatten, tree_unflatten
 
 

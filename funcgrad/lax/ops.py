@@ -15,9 +15,9 @@ import numpy as np
 
 from funcgrad import numpy as fnp
 from funcgrad import prims as P
-from funcgrad.core import ArrayBase, bind, user_frame_src
 from funcgrad.core.dtypes import dtype_kind
 from funcgrad.lax.special import digamma, erf_inv, erfc, lgamma  # noqa: F401
+from funcgrad.core import ArrayBase, bind, user_frame_src
 from funcgrad.numpy._cumulative import associative_scan_axis
 
 # ---------------------------------------------------------------------------------------------

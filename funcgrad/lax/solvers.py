@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 
 from funcgrad import numpy as fnp
-from funcgrad.core import aval_of, eval_expr, trace_to_expr
 from funcgrad.core.dtypes import dtype_kind
 from funcgrad.transforms.ad import vjp
+from funcgrad.core import aval_of, eval_expr, trace_to_expr
 from funcgrad.transforms.custom import custom_vjp
 from funcgrad.tree_util import tree_flatten, tree_map, tree_unflatten
 

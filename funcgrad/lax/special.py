@@ -16,7 +16,7 @@ import numpy as np
 from funcgrad import numpy as fnp
 from funcgrad import prims as P
 from funcgrad.core import bind
-from funcgrad.core.dtypes import dtype_kind
+from funcgrad.core.dtypes import dtype_kind, is_half
 from funcgrad.transforms.custom import custom_jvp
 
 
@@ -168,7 +168,7 @@ _ERFINV_TAIL = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844,
 @custom_jvp
 def _erf_inv(x):
     dt = x.dtype
-    xw = fnp.asarray(x, np.float32) if dt == np.float16 else x
+    xw = fnp.asarray(x, np.float32) if is_half(dt) else x
     w = -fnp.log((1.0 - xw) * (1.0 + xw))
     central = _horner(_ERFINV_CENTRAL, w - 2.5)
     tail = _horner(_ERFINV_TAIL, fnp.sqrt(fnp.where(w < 5.0, 5.0, w)) - 3.0)

@@ -17,9 +17,9 @@ import numpy as np
 
 from funcgrad import numpy as fnp
 from funcgrad.core.dtypes import dtype_kind
-from funcgrad.lax import dot_general
 from funcgrad.lax.bits import _exponent
 from funcgrad.transforms.custom import custom_vjp
+from funcgrad.lax import dot_general
 
 # narrow formats: (mantissa bits, smallest normal exponent, largest finite value)
 _FORMATS = {"float8_e4m3fn": (3, -6, 448.0), "float4_e2m1fn": (1, 0, 6.0),

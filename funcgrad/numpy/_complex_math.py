@@ -13,7 +13,8 @@ import math
 import numpy as np
 
 from funcgrad import prims as P
-from funcgrad.core.dtypes import dtype_kind
+from funcgrad.prims import complex as PC
+from funcgrad.core.dtypes import dtype_kind, finfo
 from funcgrad.numpy import _elementwise as R
 from funcgrad.numpy import _ufuncs as U
 from funcgrad.numpy._elementwise import _fl, arctan2, hypot, signbit
@@ -34,7 +35,6 @@ from funcgrad.numpy._ufuncs import (
     sqrt,
     where,
 )
-from funcgrad.prims import complex as PC
 
 _NAN, _INF, _PI = float("nan"), float("inf"), math.pi
 
@@ -63,7 +63,7 @@ def _k(v, like):
 
 
 def _huge(x):
-    return math.sqrt(np.finfo(x.dtype).max) / 4
+    return math.sqrt(finfo(x.dtype).max) / 4
 
 
 # ---------------------------------------------------------------------------------------------

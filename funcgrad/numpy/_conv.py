@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from funcgrad.prims.convolution import conv_general_dilated
 from funcgrad.core import user_frame_src
 from funcgrad.core.dtypes import dtype_kind
 from funcgrad.numpy._base import asarray, reshape, result_type
 from funcgrad.numpy._shape import flip
-from funcgrad.prims.convolution import conv_general_dilated
 
 
 def _conv1d(op, a, v, mode, preferred_element_type):

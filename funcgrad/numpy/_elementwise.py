@@ -13,8 +13,9 @@ import math
 import numpy as np
 
 from funcgrad import prims as P
+from funcgrad.prims import complex as PC
 from funcgrad.core import is_float, is_int
-from funcgrad.core.dtypes import dtype_kind
+from funcgrad.core.dtypes import dtype_kind, finfo
 from funcgrad.numpy._base import asarray, promote_args, result_type
 from funcgrad.numpy._ufuncs import (
     _float_dtype,
@@ -39,7 +40,6 @@ from funcgrad.numpy._ufuncs import (
     sqrt,
     where,
 )
-from funcgrad.prims import complex as PC
 
 # ---------------------------------------------------------------------------------------------
 # arctan and the functions built on it
@@ -142,7 +142,7 @@ def cosh(x):
 
 
 def _huge(x):
-    return math.sqrt(np.finfo(x.dtype).max) / 4
+    return math.sqrt(finfo(x.dtype).max) / 4
 
 
 def arcsinh(x):
@@ -372,7 +372,7 @@ def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
     x = asarray(x)
     if not is_float(x.dtype):
         return x
-    fi = np.finfo(x.dtype)
+    fi = finfo(x.dtype)
     posinf = fi.max if posinf is None else posinf
     neginf = fi.min if neginf is None else neginf
     out = where(isnan(x), asarray(nan, x.dtype), x)
@@ -478,11 +478,11 @@ def spacing(x):
     """The distance from x to the next float of larger magnitude."""
     x = _fl(x)
     m, e = frexp(x)
-    eps = float(np.finfo(x.dtype).eps)
+    eps = float(finfo(x.dtype).eps)
     ax = abs(x)
-    tiny = float(np.finfo(x.dtype).smallest_subnormal)
+    tiny = float(finfo(x.dtype).smallest_subnormal)
     out = where(ax > 0, (2.0 ** asarray(e, x.dtype)) * (eps * 0.5), tiny)
-    out = where(ax < float(np.finfo(x.dtype).tiny), tiny, out)
+    out = where(ax < float(finfo(x.dtype).tiny), tiny, out)
     return where(signbit(x), -out, out)
 
 
@@ -502,7 +502,7 @@ def nextafter(x1, x2):
     a, b = _promote("nextafter", x1, x2, dtype=_float_dtype(x1, x2))
     if dtype_kind(a.dtype) != "f":
         raise TypeError(f"nextafter: real floating-point operands required, got {a.dtype.name}")
-    fi = np.finfo(a.dtype)
+    fi = finfo(a.dtype)
     emin, nmant = int(fi.minexp), int(fi.nmant)
     ax = abs(a)
     finite_nz = logical_and(isfinite(a), ax > 0)

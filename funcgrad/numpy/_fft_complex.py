@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from funcgrad.prims import complex as PC
 from funcgrad.core import bind
 from funcgrad.core.dtypes import dtype_kind
 from funcgrad.numpy._base import asarray, norm_axes
 from funcgrad.numpy._elementwise import conjugate, real
 from funcgrad.numpy._shape import concatenate, flip, pad
-from funcgrad.prims import complex as PC
 
 _NORMS = ("backward", "ortho", "forward")
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 import string
 
 from funcgrad import prims as P
+from funcgrad.prims import complex as PC
 from funcgrad.core import type_error
 from funcgrad.core.dtypes import dtype_kind
 from funcgrad.numpy._base import asarray, broadcast_shapes, broadcast_to, reshape, result_type
 from funcgrad.numpy._shape import transpose
 from funcgrad.numpy._ufuncs import sum
-from funcgrad.prims import complex as PC
 
 
 def _promote2(op, a, b):

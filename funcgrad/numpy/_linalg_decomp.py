@@ -13,8 +13,10 @@ from collections import namedtuple
 
 import numpy as np
 
+from funcgrad.prims import linalg as LP
+from funcgrad.prims import linalg_spectral as LS
 from funcgrad.core import bind, type_error
-from funcgrad.core.dtypes import dtype_kind
+from funcgrad.core.dtypes import dtype_kind, finfo
 from funcgrad.numpy._base import asarray, broadcast_shapes, broadcast_to, reshape, result_type
 from funcgrad.numpy._shape import concatenate, flip, moveaxis, take_along_axis
 from funcgrad.numpy._sorting import argsort
@@ -31,8 +33,6 @@ from funcgrad.numpy._ufuncs import (
     sum,
     where,
 )
-from funcgrad.prims import linalg as LP
-from funcgrad.prims import linalg_spectral as LS
 
 EighResult = namedtuple("EighResult", ["eigenvalues", "eigenvectors"])
 QRResult = namedtuple("QRResult", ["Q", "R"])
@@ -338,7 +338,7 @@ def lstsq(a, b, rcond=None, *, numpy_resid=False):
     m, n = a.shape
     vec = b.ndim == 1
     b2 = reshape(b, (m, 1)) if vec else b
-    rcond = float(np.finfo(s_dtype(a)).eps * builtins.max(m, n)) if rcond is None else rcond
+    rcond = float(finfo(s_dtype(a)).eps * builtins.max(m, n)) if rcond is None else rcond
     u, s, vh = svd(a, full_matrices=False)
     if s.shape[0] == 0:
         mask = s > 0
@@ -369,7 +369,7 @@ def pinv(a, rtol=None, hermitian=False, *, rcond=None):
     m, n = a.shape[-2:]
     rtol = rcond if rtol is None else rtol      # rcond: JAX's deprecated name of rtol
     if rtol is None:
-        rtol = 10.0 * builtins.max(m, n) * float(np.finfo(s_dtype(a)).eps)
+        rtol = 10.0 * builtins.max(m, n) * float(finfo(s_dtype(a)).eps)
     u, s, vh = svd(a, full_matrices=False, hermitian=hermitian)
     if s.shape[-1] == 0:
         return asarray(np.zeros(a.shape[:-2] + (n, m), a.dtype))
@@ -391,7 +391,7 @@ def matrix_rank(M, rtol=None, *, hermitian=False, tol=None):
     s = svd(M, compute_uv=False, hermitian=hermitian)
     if rtol is None:
         from funcgrad.numpy._ufuncs import max as _max
-        tol = _max(s, axis=-1) * float(builtins.max(M.shape[-2:]) * np.finfo(s.dtype).eps) \
+        tol = _max(s, axis=-1) * float(builtins.max(M.shape[-2:]) * finfo(s.dtype).eps) \
             if s.shape[-1] else asarray(np.zeros(s.shape[:-1], s.dtype))
     else:
         tol = asarray(rtol, s.dtype)

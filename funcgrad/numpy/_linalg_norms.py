@@ -3,13 +3,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from funcgrad.prims import linalg as LP
+from funcgrad.prims import complex as PC
 from funcgrad.core import type_error
 from funcgrad.core.dtypes import dtype_kind
 from funcgrad.numpy._base import asarray, broadcast_shapes, broadcast_to, reshape
 from funcgrad.numpy._index_tricks import diagonal as _diagonal
 from funcgrad.numpy._index_tricks import matrix_transpose as _matrix_transpose
 from funcgrad.numpy._linalg_decomp import _inexact, _matrix, inv, svdvals
-from funcgrad.numpy._shape import expand_dims, moveaxis, squeeze, stack
+from funcgrad.numpy._shape import expand_dims, moveaxis, stack, squeeze
 from funcgrad.numpy._ufuncs import abs as _abs
 from funcgrad.numpy._ufuncs import any as _any
 from funcgrad.numpy._ufuncs import (
@@ -24,8 +26,6 @@ from funcgrad.numpy._ufuncs import (
 )
 from funcgrad.numpy._ufuncs import max as _max
 from funcgrad.numpy._ufuncs import min as _min
-from funcgrad.prims import complex as PC
-from funcgrad.prims import linalg as LP
 
 _VECTOR = "None, 2, 1, 0, inf, -inf or another number"
 _MATRIX = "None, 'fro', 'nuc', 1, -1, 2, -2, inf or -inf"

@@ -294,8 +294,8 @@ def vectorize(pyfunc, *, excluded=frozenset(), signature=None):
     """numpy.vectorize via vmap over the broadcast leading axes (elementwise functions)."""
     import functools
 
-    from funcgrad.numpy._base import broadcast_arrays
     from funcgrad.transforms.batching import vmap
+    from funcgrad.numpy._base import broadcast_arrays
 
     @functools.wraps(pyfunc)
     def wrapped(*args):

@@ -6,8 +6,9 @@ import builtins
 import numpy as np
 
 from funcgrad import prims as P
+from funcgrad.prims import complex as PC
 from funcgrad.core import ArrayBase, Tracer, bind, is_float, is_int, type_error
-from funcgrad.core.dtypes import dtype_kind
+from funcgrad.core.dtypes import dtype_kind, is_half
 from funcgrad.numpy._base import (
     asarray,
     broadcast_shapes,
@@ -18,7 +19,6 @@ from funcgrad.numpy._base import (
     reshape,
     result_type,
 )
-from funcgrad.prims import complex as PC
 
 _F32 = np.dtype(np.float32)
 
@@ -379,6 +379,8 @@ def mean(a, axis=None, dtype=None, keepdims=False):
     """numpy.mean (integer inputs give float32)."""
     x = asarray(a)
     dt = canonical_dtype(dtype) or (x.dtype if _inexact(x.dtype) else _F32)
+    if is_half(dt):   # float16/bfloat16: summed and divided in float32, rounded once (JAX)
+        return asarray(mean(asarray(x, _F32), axis, keepdims=keepdims), dt)
     x = asarray(x, dt)
     axes = norm_axes(axis, x.ndim, "mean")
     n = int(np.prod([x.shape[i] for i in axes]))
@@ -425,6 +427,8 @@ def var(a, axis=None, dtype=None, ddof=0, keepdims=False, *, correction=None):
     ddof = ddof if correction is None else correction
     x = asarray(a)
     x = asarray(x, canonical_dtype(dtype) or (x.dtype if _inexact(x.dtype) else _F32))
+    if is_half(x.dtype):   # computed in float32, rounded once (jnp.var's upcast)
+        return asarray(var(asarray(x, _F32), axis, None, ddof, keepdims), x.dtype)
     axes = norm_axes(axis, x.ndim, "var")
     n = int(np.prod([x.shape[i] for i in axes]))
     centered = x - mean(x, axes, keepdims=True)

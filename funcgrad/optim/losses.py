@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from funcgrad import lax, nn
+from funcgrad import lax
 from funcgrad import numpy as fnp
+from funcgrad import nn
 from funcgrad.core.dtypes import dtype_kind
 from funcgrad.optim.losses_seq import (
     ctc_loss,

@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from funcgrad import numpy as fnp
+from funcgrad.tree_util import tree_leaves, tree_map, tree_structure
 from funcgrad.core.dtypes import dtype_kind
 from funcgrad.optim.base import (
     GradientTransformation,
@@ -20,7 +21,6 @@ from funcgrad.optim.base import (
     with_extra_args_support,
     zero_count,
 )
-from funcgrad.tree_util import tree_leaves, tree_map, tree_structure
 
 
 def _tree_select(pred, on_true, on_false):

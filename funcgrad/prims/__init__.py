@@ -12,7 +12,17 @@ import math
 import numpy as np
 
 from funcgrad.config import canonical_precision, config
-from funcgrad.core import ShapedArray, bind, defprim, is_float, is_int, real_dtype, type_error
+from funcgrad.core import (
+    ShapedArray,
+    bind,
+    compute_dtype,
+    defprim,
+    is_float,
+    is_half,
+    is_int,
+    real_dtype,
+    type_error,
+)
 from funcgrad.core.dtypes import dtype_kind
 
 # ---------------------------------------------------------------------------------------------
@@ -550,7 +560,8 @@ def _expand(ct, x, axes):
 
 
 def _reduce_sum_impl(x, *, axes):
-    return np.sum(x, axis=tuple(axes), dtype=x.dtype)
+    # float16/bfloat16 accumulate in float32 and round once (jnp.sum's upcast, XLA's sums)
+    return np.sum(x, axis=tuple(axes), dtype=compute_dtype(x.dtype)).astype(x.dtype, copy=False)
 
 
 reduce_sum_p = defprim(
@@ -609,7 +620,8 @@ def _prod_vjp(ct, x, *, out, axes):
 
 reduce_prod_p = defprim(
     "reduce_prod", _reduce_shape("reduce_prod", "fiuc"),
-    lambda x, *, axes: np.prod(x, axis=tuple(axes), dtype=x.dtype), _prod_vjp,
+    lambda x, *, axes: np.prod(x, axis=tuple(axes), dtype=compute_dtype(x.dtype)).astype(
+        x.dtype, copy=False), _prod_vjp,
     lambda ts, xs, *, out, axes: None if ts[0] is None else reduce_sum(
         mul(ts[0], _prod_vjp(full_like(out, 1), xs[0], out=out, axes=axes)[0]), axes))
 reduce_prod_p.batch = _reduce_batch(reduce_prod_p)
@@ -1097,7 +1109,11 @@ def _as_matrix(a, contract, contract_first: bool):
 
 
 def _dot_impl(x, y, *, dimension_numbers, precision=None):
-    # numpy computes in the operands' dtype: `precision` changes nothing on the CPU
+    # numpy computes in the operands' dtype: `precision` changes nothing on the CPU. float16 and
+    # bfloat16 products accumulate in float32 (BLAS) and round once, as XLA's CPU dots do
+    if is_half(x.dtype):
+        return _dot_impl(x.astype(np.float32), y.astype(np.float32),
+                         dimension_numbers=dimension_numbers).astype(x.dtype)
     (lc, rc), (lb, _) = dimension_numbers
     if not lb and lc:   # contractions over leading/trailing runs: one matmul of reshaped views
         xm, ym = _as_matrix(x, lc, False), _as_matrix(y, rc, True)

@@ -16,7 +16,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from funcgrad import prims as P
 from funcgrad.core import ShapedArray, bind, defprim, is_float, type_error
-from funcgrad.core.dtypes import dtype_kind
+from funcgrad.core.dtypes import dtype_kind, is_half
 
 
 class ConvDimensionNumbers(NamedTuple):
@@ -204,7 +204,7 @@ def window_view(x: np.ndarray, out_shape, window, strides, dilation, first: int 
 
 
 def _compute_dtype(dtype):
-    return np.dtype(np.float32) if dtype == np.float16 else np.dtype(dtype)
+    return np.dtype(np.float32) if is_half(dtype) else np.dtype(dtype)
 
 
 def _conv_impl(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dilation,

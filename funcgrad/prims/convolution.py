@@ -7,7 +7,6 @@ import math
 import numpy as np
 
 from funcgrad import prims as P
-from funcgrad.core import ArrayBase, bind, user_frame_src
 from funcgrad.core.dtypes import dtype_kind
 from funcgrad.prims.conv import (
     ConvDimensionNumbers,
@@ -18,6 +17,7 @@ from funcgrad.prims.conv import (
     padtype_to_pads,
     stride_dim,
 )
+from funcgrad.core import ArrayBase, bind, user_frame_src
 
 
 def _ints(name, v, n, default=1):

@@ -15,8 +15,7 @@ import sys
 import numpy as np
 
 from funcgrad import prims as P
-from funcgrad.core import ShapedArray, Tracer, bind, defprim, is_float, type_error, user_frame_src
-from funcgrad.core.dtypes import dtype_kind
+from funcgrad.core.dtypes import dtype_kind, is_half
 from funcgrad.prims.conv import (
     _vjp_lhs_padding,
     _zeros,
@@ -26,6 +25,7 @@ from funcgrad.prims.conv import (
     stride_dim,
     window_view,
 )
+from funcgrad.core import ShapedArray, Tracer, bind, defprim, is_float, type_error, user_frame_src
 
 WINDOW_KEYS = ("window_dimensions", "window_strides", "padding", "base_dilation",
                "window_dilation")
@@ -109,7 +109,7 @@ def _rw_impl(kind):
         v, out = _view(x, identity(kind, x.dtype), params)
         axes = tuple(range(x.ndim, 2 * x.ndim))
         if kind == "sum":
-            acc = np.float32 if x.dtype == np.float16 else x.dtype
+            acc = np.float32 if is_half(x.dtype) else x.dtype
             return np.sum(v, axis=axes, dtype=acc).astype(x.dtype, copy=False)
         return (np.max if kind == "max" else np.min)(v, axis=axes) if axes else v.copy()
     return impl

@@ -5,10 +5,10 @@ cho_solve use the cholesky primitive (scipy's convention: the upper factor by de
 """
 from __future__ import annotations
 
-from funcgrad.core import bind, type_error
 from funcgrad.core.dtypes import dtype_kind
-from funcgrad.numpy._base import asarray, broadcast_shapes, broadcast_to, reshape, result_type
 from funcgrad.prims import linalg as LP
+from funcgrad.core import bind, type_error
+from funcgrad.numpy._base import asarray, broadcast_shapes, broadcast_to, reshape, result_type
 
 _TRANS = {0: False, "N": False, 1: True, "T": True, 2: True, "C": True}
 

@@ -29,9 +29,7 @@ import numpy as np
 
 from funcgrad import prims as P
 from funcgrad.backends import kernel_files
-from funcgrad.backends.cpu import kernels as cpu_kernels
-from funcgrad.backends.cpu import ops as cpu_ops
-from funcgrad.backends.cpu import rows as cpu_rows
+from funcgrad.backends.cpu import kernels as cpu_kernels, ops as cpu_ops, rows as cpu_rows
 from funcgrad.backends.cpu.ops import nbt
 from funcgrad.core import Lit, ShapedArray
 from funcgrad.core.dtypes import dtype_kind

@@ -15,24 +15,16 @@ import os
 import numpy as np
 
 from funcgrad import prims as P
-from funcgrad.backends.cpu import (
-    blas as cpu_blas,
-)
-from funcgrad.backends.cpu import (
-    kernels as cpu_kernels,
-)
-from funcgrad.backends.cpu import (
-    ops as cpu_ops,
-)
-from funcgrad.backends.cpu import (
-    parallel as cpu_parallel,
-)
-from funcgrad.backends.cpu import (
-    rows as cpu_rows,
-)
 from funcgrad.compile.clustering import external_inputs, fusible, plan_steps
 from funcgrad.core import Lit
-from funcgrad.core.dtypes import dtype_kind
+from funcgrad.backends.cpu import (
+    blas as cpu_blas,
+    kernels as cpu_kernels,
+    ops as cpu_ops,
+    parallel as cpu_parallel,
+    rows as cpu_rows,
+)
+from funcgrad.core.dtypes import compute_dtype, dtype_kind, is_half
 
 # primitives with an njit twin of their numpy impl (bit for bit), used by fused programs
 ROW_TWINS = {"softmax_xent": cpu_rows.xent_into, "softmax_xent_bwd": cpu_rows.xent_bwd_into}
@@ -201,6 +193,12 @@ def _sum_of(e):
     """reduce_sum's impl, np.sum(x, axes, dtype=x.dtype), as the ufunc reduction np.sum calls
     (the same result; 1.2 instead of 3 us for a 32x64 float32 sum: np.sum's Python layer)."""
     axes, reduce = tuple(e.params["axes"]), np.add.reduce
+    acc = compute_dtype(e.inputs[0].aval.dtype)
+    if acc != e.inputs[0].aval.dtype:   # float16/bfloat16: summed in float32, rounded once
+        def total(x):
+            return reduce(x, axes, acc).astype(x.dtype)
+        total.fresh = True
+        return total
 
     def total(x):
         return reduce(x, axes, x.dtype)
@@ -301,7 +299,8 @@ def _dot_into(xa, ya, dimension_numbers, out_aval, blas_held=False):
     product is not one matmul of views (the numpy impl takes it then)."""
     (lc, rc), (lb, _) = dimension_numbers
     if (lb or len(out_aval.shape) != 2 or not out_aval.size or xa.dtype != out_aval.dtype
-            or ya.dtype != out_aval.dtype or dtype_kind(out_aval.dtype) not in "fiu"):
+            or ya.dtype != out_aval.dtype or dtype_kind(out_aval.dtype) not in "fiu"
+            or is_half(out_aval.dtype)):   # 16-bit floats: the impl's float32 product
         return None
     mx, my = _matrix(xa, lc, False), _matrix(ya, rc, True)
     if mx is None or my is None:
