@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from funcgrad.backends import scalar_exprs as sx
+from funcgrad.core.dtypes import STORAGE_ONLY_DTYPES
 from funcgrad.cuda import runtime
 from funcgrad.cuda.arrays import DeviceBuffer, c_strides, const, pool, zero_const, zeros
 
@@ -21,24 +22,25 @@ from funcgrad.cuda.arrays import DeviceBuffer, c_strides, const, pool, zero_cons
 # type helpers and the scalar-op table (shared with the CPU backend: backends/scalar_exprs.py)
 # ---------------------------------------------------------------------------------------------
 
+# bfloat16 is stored as its bits (funcgrad/cuda/half.py), the float8 types as bytes that only
+# copies move (no kernel computes on them: compute_t raises)
+STORAGE_ONLY = frozenset(np.dtype(d).name for d in STORAGE_ONLY_DTYPES)
 NB = {"float16": "float16", **sx.NB, "complex64": "complex64", "complex128": "complex128",
-      "bfloat16": "uint16"}   # bfloat16 is stored as its bits (funcgrad/cuda/half.py)
+      "bfloat16": "uint16", **{n: "uint8" for n in STORAGE_ONLY}}
 HALF = ("float16", "bfloat16")   # computed in float32
 
 
 def nbt(dtype) -> str:
     """The numba type name of a numpy dtype (of its storage: uint16 for bfloat16)."""
-    name = np.dtype(dtype).name
-    t = NB.get(name)
-    if t is None:
-        raise TypeError(f"the CUDA backend has no kernels for {name} (a storage-only dtype: "
-                        "convert it to a float dtype first)")
-    return t
+    return NB[np.dtype(dtype).name]
 
 
 def compute_t(dtype) -> str:
     """The numba type a kernel computes values of `dtype` in (float32 for 16-bit floats)."""
     d = np.dtype(dtype)
+    if d.name in STORAGE_ONLY:
+        raise TypeError(f"the CUDA backend has no kernel computing on {d.name} (a storage-only "
+                        "type: convert it to float32 or bfloat16 first)")
     return "float32" if d.name in HALF else nbt(d)
 
 
@@ -198,12 +200,18 @@ def _source(name, dtypes, out_dtype, lays, out_lay, rank, params, idx32=False):
         return base + "".join(f" + k{k} * {prefix}s{k}" for k in range(rank))
 
     names = []
+    # a copy between equal types moves the stored bits (any dtype, float8 included)
+    raw = name == "copy" and all(np.dtype(d) == np.dtype(out_dtype) for d in dtypes)
     for j, (lay, dt) in enumerate(zip(lays, dtypes)):
         ref = f"x{j}[{off(f'x{j}', f'x{j}o', lay)}]"
-        body.append(f"        a{j} = {load(dt, ref)}")
+        body.append(f"        a{j} = {ref if raw else load(dt, ref)}")
         names.append(f"a{j}")
-    expr, helpers = scalar(name, names, dtypes[0] if dtypes else out_dtype, out_dtype, params)
-    body.append(f"        o[{off('o', 'oo', out_lay)}] = {store(out_dtype, expr)}")
+    if raw:
+        expr, helpers = names[0], set()
+    else:
+        expr, helpers = scalar(name, names, dtypes[0] if dtypes else out_dtype, out_dtype,
+                               params)
+    body.append(f"        o[{off('o', 'oo', out_lay)}] = {expr if raw else store(out_dtype, expr)}")
     body.append("        i += step")
     src = helper_source(helpers, opts)
     src += f"\n@cuda.jit({opts})\ndef kernel({', '.join(args)}):\n" + "\n".join(body) + "\n"
