@@ -7,7 +7,8 @@ atomics), dot_general (cuBLAS bf16 with fp32 accumulation), the fused row primit
 backward, dynamic slices and loops. Every other primitive given bfloat16 operands runs on
 float32 copies and rounds its results back to bfloat16, as XLA's bfloat16 normalization does
 for ops without a bf16 kernel (`WIDENED`: flash attention until its bf16 tensor-core kernels
-land, argsort, convolutions and windows, linalg). The float8 types (`STORAGE_ONLY_DTYPES`)
+land, argsort, convolutions and windows, linalg); their products at the default precision take
+TF32, exact on bfloat16 values. The float8 types (`STORAGE_ONLY_DTYPES`)
 move only: views, layout kernels, gathers and dynamic slices take them as bytes; any other
 primitive raises TypeError naming the primitive, the dtype and the user's line.
 """
@@ -54,6 +55,7 @@ def _narrow(res, aval):
 
 def _guard(prim, fn, native: bool, move: bool):
     name = prim.name
+    tc = name.startswith("attention")   # lowerings that read params.get("precision")
 
     def lower(bufs, params, aval):
         dts = [b.dtype for b in bufs] + [a.dtype for a in _avals(aval)]
@@ -68,6 +70,10 @@ def _guard(prim, fn, native: bool, move: bool):
         WIDENED.add(name)
         ins = [ew.run("convert_element_type", [b], F32) if b.dtype == bfloat16 else b
                for b in bufs]
+        if params.get("precision") is None and ("precision" in params or tc):
+            # bfloat16 values are exact in TF32 (8 bits of mantissa in 10): their widened
+            # products may take the TF32 tensor cores and lose nothing
+            params = {**params, "precision": "tensorfloat32"}
         return _narrow(fn(ins, params, _widen(aval)), aval)
     return lower
 
