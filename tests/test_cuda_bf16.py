@@ -324,6 +324,24 @@ def test_mixed_precision_layer_norm_loss_gradients():
         np.testing.assert_allclose(np.asarray(a), r, atol=0.03 * np.max(np.abs(r)), rtol=0)
 
 
+def test_adamw_on_float32_masters_with_bf16_grads():
+    rng = np.random.default_rng(14)
+    p = {"w": rng.standard_normal((3, 8)).astype(np.float32), "b": np.zeros(8, np.float32)}
+    g = {"w": rng.standard_normal((3, 8)).astype(BF), "b": rng.standard_normal(8).astype(BF)}
+    opt = funcgrad.optim.adamw(1e-2, weight_decay=0.1)
+
+    def step(p, s, g):
+        u, s = opt.update(g, s, p)
+        return funcgrad.optim.apply_updates(p, u), s
+
+    put = funcgrad.tree_util.tree_map
+    pc, sc = funcgrad.jit(step)(put(_cuda, p), put(_cuda, opt.init(p)), put(_cuda, g))
+    pr, _ = step(p, opt.init(p), g)   # the CPU backend
+    for k in p:
+        assert pc[k].dtype == np.float32 and pc[k].device == "cuda"
+        np.testing.assert_allclose(np.asarray(pc[k]), np.asarray(pr[k]), rtol=1e-6, atol=1e-7)
+
+
 # ---------------------------------------------------------------------------------------------
 # primitives without bf16 kernels run widened; float8 only moves
 # ---------------------------------------------------------------------------------------------
