@@ -335,7 +335,7 @@ def test_adamw_on_float32_masters_with_bf16_grads():
         return funcgrad.optim.apply_updates(p, u), s
 
     put = funcgrad.tree_util.tree_map
-    pc, sc = funcgrad.jit(step)(put(_cuda, p), put(_cuda, opt.init(p)), put(_cuda, g))
+    pc, _ = funcgrad.jit(step)(put(_cuda, p), put(_cuda, opt.init(p)), put(_cuda, g))
     pr, _ = step(p, opt.init(p), g)   # the CPU backend
     for k in p:
         assert pc[k].dtype == np.float32 and pc[k].device == "cuda"
