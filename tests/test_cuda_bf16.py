@@ -199,6 +199,26 @@ def test_matmul_preferred_float32_and_transposed_operands():
     np.testing.assert_allclose(np.asarray(got), want, rtol=EPS, atol=EPS)
 
 
+def test_jit_widened_product_is_one_float32_gemm():
+    """float32(x @ y) of bf16 operands feeding only the cast: the GEMM writes the fp32
+    accumulator (cuda/cast_gemm.py), not the bf16-rounded product widened again."""
+    rng = np.random.default_rng(15)
+    x, y = rng.standard_normal((9, 33)).astype(BF), rng.standard_normal((33, 7)).astype(BF)
+
+    def f(a, b):
+        return (a @ b).astype(np.float32)
+
+    X, Y = _cuda(x), _cuda(y)
+    desc = funcgrad.jit(f).lower(X, Y).compile().describe()
+    assert "dot_general->float32" in desc and "convert_element_type" not in desc, desc
+    got = np.asarray(funcgrad.jit(f)(X, Y))
+    exact = x.astype(np.float64) @ y.astype(np.float64)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, exact, rtol=1e-5, atol=1e-5)
+    # the unfused path rounds to bf16 first: its error is bf16's
+    assert np.max(np.abs(_f32(_cuda(x) @ _cuda(y)) - exact)) > 1e-3
+
+
 def test_matmul_bias_and_its_gradient_in_jit():
     rng = np.random.default_rng(7)
     x = rng.standard_normal((6, 10)).astype(np.float32)
