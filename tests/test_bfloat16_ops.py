@@ -208,3 +208,19 @@ def test_float8_is_never_promoted_implicitly():
     with pytest.raises(TypeError, match="no implicit promotion"):
         x + fnp.ones(1, fnp.float32)
     assert fnp.result_type(x, 2.0) == F8
+
+
+def test_preferred_element_type_accumulates_in_float32(rng):
+    a = rng.standard_normal((4, 64)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((64, 3)).astype(ml_dtypes.bfloat16)
+    want = a.astype(np.float32) @ b.astype(np.float32)   # bf16 products are exact in float32
+    dn = (((1,), (0,)), ((), ()))
+    for out in (lax.dot_general(a, b, dn, preferred_element_type=np.float32),
+                fnp.linalg.matmul(a, b, preferred_element_type=fnp.float32),
+                funcgrad.jit(lambda a, b: lax.dot(a, b, preferred_element_type=np.float32))(a, b)):
+        assert out.dtype == F32
+        np.testing.assert_allclose(np.asarray(out), want, rtol=1e-6, atol=1e-5)
+    g = funcgrad.grad(lambda a: fnp.sum(lax.dot_general(a, b, dn, preferred_element_type=F32)))(a)
+    assert g.dtype == BF16
+    i8 = np.full((2, 300), 100, np.int8)   # int8 products accumulate in int32, no wrap
+    assert int(lax.dot(i8, i8.T, preferred_element_type=np.int32)[0, 0]) == 3_000_000
