@@ -6,6 +6,8 @@ import os
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import funcgrad
 import funcgrad.io as fio
@@ -224,3 +226,26 @@ def test_preferred_element_type_accumulates_in_float32(rng):
     assert g.dtype == BF16
     i8 = np.full((2, 300), 100, np.int8)   # int8 products accumulate in int32, no wrap
     assert int(lax.dot(i8, i8.T, preferred_element_type=np.int32)[0, 0]) == 3_000_000
+
+
+@given(shape=st.lists(st.integers(0, 3), min_size=1, max_size=3),
+       dt=st.sampled_from([BF16, F16]), seed=st.integers(0, 2 ** 16))
+def test_reductions_and_products_on_drawn_shapes(shape, dt, seed):
+    """Shapes with 0- and 1-sized axes: dtypes kept, values within one rounding of float64."""
+    r = np.random.default_rng(seed)
+    x = r.standard_normal(shape).astype(dt)
+    w = r.standard_normal((shape[-1], 2)).astype(dt)
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+    rtol, atol = TOL[dt]
+    cases = [(lambda a: fnp.sum(a, axis=-1), x64.sum(-1)),
+             (lambda a: fnp.cumsum(a, axis=0), np.cumsum(x64, 0)),
+             (lambda a: fnp.exp(a) * 0.5 + a, np.exp(x64) * 0.5 + x64),
+             (lambda a: a @ fnp.asarray(w), x64 @ w64)]
+    if x.size:
+        cases.append((lambda a: fnp.max(a), x64.max()))
+    for f, want in cases:
+        for g in (f, funcgrad.jit(f)):
+            got = g(fnp.asarray(x))
+            assert got.dtype == dt and got.shape == np.shape(want)
+            np.testing.assert_allclose(_f64(got), want, rtol=4 * rtol,
+                                       atol=4 * atol * max(1, shape[-1]))
