@@ -31,7 +31,8 @@ SUPPORTED_DTYPES = tuple(np.dtype(d) for d in
                           "uint32", "bool", "int16", "uint16", "uint64", "complex64",
                           "complex128")) + (bfloat16,) + STORAGE_ONLY_DTYPES
 
-_KIND = {bfloat16: "f"}
+# ml_dtypes gives float8_e5m2 numpy's kind "f": the storage-only types all say "V" here
+_KIND = {bfloat16: "f", **{d: "V" for d in STORAGE_ONLY_DTYPES}}
 _FLOATING = frozenset((bfloat16,) + STORAGE_ONLY_DTYPES)
 
 
@@ -39,7 +40,7 @@ def dtype_kind(dtype) -> str:
     """numpy's dtype.kind ("b", "i", "u", "f", "c"), with "f" for bfloat16 (numpy says "V").
 
     Use it for every kind test: `dtype_kind(x.dtype) == "f"` holds for float16/bfloat16/float32/
-    float64. The float8 storage types keep "V": no kernel computes on them.
+    float64. The float8 storage types say "V": no kernel computes on them.
 
     Example:
         >>> from funcgrad.core.dtypes import dtype_kind, bfloat16

@@ -492,6 +492,8 @@ def zeros_like_array(x):
 
 
 def dot(lhs, rhs, precision=None, preferred_element_type=None):
+    from funcgrad.numpy._linalg import widen_operands
+    lhs, rhs = widen_operands(lhs, rhs, preferred_element_type)
     out = fnp.dot(lhs, rhs, precision=precision)
     return out if preferred_element_type is None else fnp.asarray(out, preferred_element_type)
 

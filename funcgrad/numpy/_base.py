@@ -104,6 +104,14 @@ def result_type(*args):
     strong = [aval_of(a).dtype if not isinstance(a, (np.dtype, _ScalarType, type)) else
               canonical_dtype(a) for a in args if not _is_weak(a)]
     weak = [a for a in args if _is_weak(a)]
+    narrow = [d for d in strong if d in _dt.STORAGE_ONLY_DTYPES]
+    if narrow:   # float8: no implicit promotion but with itself and weak scalars (JAX)
+        if builtins.any(d != narrow[0] for d in strong):
+            raise TypeError("input dtypes " + ", ".join(sorted({d.name for d in strong}))
+                            + " have no implicit promotion path: 8-bit floats are promoted "
+                            "only explicitly (x.astype('float32')), as in JAX"
+                            f"\n  at {user_frame_src()}")
+        return narrow[0]
     floats = [d for d in strong if dtype_kind(d) == "f"]
     ints = [d for d in strong if dtype_kind(d) in "iu"]
     cplx = [d for d in strong if dtype_kind(d) == "c"]

@@ -8,7 +8,7 @@ import numpy as np
 from funcgrad import prims as P
 from funcgrad.prims import complex as PC
 from funcgrad.core import ArrayBase, Tracer, bind, is_float, is_int, type_error
-from funcgrad.core.dtypes import dtype_kind, is_half
+from funcgrad.core.dtypes import STORAGE_ONLY_DTYPES, dtype_kind, is_half
 from funcgrad.numpy._base import (
     asarray,
     broadcast_shapes,
@@ -24,8 +24,8 @@ _F32 = np.dtype(np.float32)
 
 
 def _float_dtype(*args):
-    dt = result_type(*args)
-    return dt if dtype_kind(dt) in "fc" else _F32
+    dt = result_type(*args)   # float8 stays float8: the primitive then names it (no kernel)
+    return dt if dtype_kind(dt) in "fc" or dt in STORAGE_ONLY_DTYPES else _F32
 
 
 def _inexact(dtype):
