@@ -13,12 +13,11 @@ runtime.module_from_source.
 from __future__ import annotations
 
 import numpy as np
-
-from funcgrad.cuda import runtime
+from numba.cuda.core import config
 
 NAMES = ("bf16_ld", "bf16_st", "bf16_rnd")
 
-if runtime.sim_requested():
+if config.ENABLE_CUDASIM:   # (read as funcgrad.cuda.runtime.load does)
     def bits_f32(u):
         """The float32 whose bits are the uint32 `u`."""
         return np.uint32(u).view(np.float32)
