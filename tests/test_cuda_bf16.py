@@ -219,6 +219,28 @@ def test_jit_widened_product_is_one_float32_gemm():
     assert np.max(np.abs(_f32(_cuda(x) @ _cuda(y)) - exact)) > 1e-3
 
 
+def test_jit_preferred_float32_reads_the_bf16_operands():
+    """dot_general(float32(x), float32(y)) of bf16 x, y (preferred_element_type=float32) is a
+    bf16 GEMM writing float32 (cuda/cast_gemm.py): the float32 product, no widened copies."""
+    rng = np.random.default_rng(16)
+    x, y = rng.standard_normal((2, 9, 33)).astype(BF), rng.standard_normal((33, 7)).astype(BF)
+
+    def f(a, b):
+        return (lax.dot_general(a, b, (((2,), (0,)), ((), ())), preferred_element_type=np.float32),
+                lax.dot_general(a[0], a[1], (((1,), (1,)), ((), ())),
+                                preferred_element_type=np.float32))
+
+    X, Y = _cuda(x), _cuda(y)
+    desc = funcgrad.jit(f).lower(X, Y).compile().describe()
+    assert desc.count("dot_general(bfloat16 operands)") == 2, desc
+    assert "convert_element_type" not in desc, desc
+    p, q = funcgrad.jit(f)(X, Y)
+    xd, yd = x.astype(np.float64), y.astype(np.float64)
+    for got, exact in ((p, xd @ yd), (q, xd[0] @ xd[1].T)):
+        assert got.dtype == np.float32
+        np.testing.assert_allclose(np.asarray(got), exact, rtol=1e-5, atol=1e-5)
+
+
 def test_matmul_bias_and_its_gradient_in_jit():
     rng = np.random.default_rng(7)
     x = rng.standard_normal((6, 10)).astype(np.float32)
