@@ -36,19 +36,21 @@ WIDENED: set = set()   # names of the primitives that ran widened in this proces
 
 
 def _avals(aval):
-    return list(aval) if isinstance(aval, (tuple, list)) else [aval]
+    """The result avals (one, a tuple or list of them; anything without a dtype is skipped)."""
+    avals = list(aval) if isinstance(aval, (tuple, list)) else [aval]
+    return [a for a in avals if hasattr(a, "dtype")]
 
 
 def _widen(aval):
     if isinstance(aval, (tuple, list)):
         return type(aval)(_widen(a) for a in aval)
-    return ShapedArray(aval.shape, F32) if aval.dtype == bfloat16 else aval
+    return ShapedArray(aval.shape, F32) if getattr(aval, "dtype", None) == bfloat16 else aval
 
 
 def _narrow(res, aval):
     if isinstance(aval, (tuple, list)):
         return type(res)(_narrow(r, a) for r, a in zip(res, aval))
-    if aval.dtype == bfloat16 and res.dtype != bfloat16:
+    if getattr(aval, "dtype", None) == bfloat16 and res.dtype != bfloat16:
         return ew.run("convert_element_type", [res], bfloat16)
     return res
 
