@@ -59,6 +59,7 @@ def _source(kind, dtype, eps, label_dtype=None):
         return [f"        for j in range({'t'}, N, {T}):"] + [f"            {b}" for b in body]
 
     if kind in ("softmax", "log_softmax", "softmax_xent"):
+        xc = load(dtype, "x[base + c]")   # the label's logit
         L += [f"        m = {ct}(-math.inf)"] + loop([f"v = {ld}",
                                                        "m = m if (m > v or m != m) else v"])
         L += allreduce("m", "max", ct, T, shfl)
@@ -73,7 +74,7 @@ def _source(kind, dtype, eps, label_dtype=None):
                   "            if c < 0 or c >= N:", "                cuda.atomic.add(err, 0, 1)",
                   "                cuda.atomic.min(err, 1, row)",
                   f"                o[row] = {out}(math.nan)", "            else:",
-                  f"                o[row] = {out}(math.log(s) - ({load(dtype, 'x[base + c]')} - m))"]
+                  f"                o[row] = {out}(math.log(s) - ({xc} - m))"]
     else:
         inv_n = f"({ct}(1) / {ct}(N))"
         if kind == "layer_norm":
