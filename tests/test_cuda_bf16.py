@@ -199,11 +199,12 @@ def test_matmul_preferred_float32_and_transposed_operands():
     np.testing.assert_allclose(np.asarray(got), want, rtol=EPS, atol=EPS)
 
 
-def test_jit_widened_product_is_one_float32_gemm():
-    """float32(x @ y) of bf16 operands feeding only the cast: the GEMM writes the fp32
-    accumulator (cuda/cast_gemm.py), not the bf16-rounded product widened again."""
+@pytest.mark.parametrize("dt", [BF, np.dtype(np.float16)], ids=["bf16", "f16"])
+def test_jit_widened_product_is_one_float32_gemm(dt):
+    """float32(x @ y) of 16-bit operands feeding only the cast: the GEMM writes the fp32
+    accumulator (cuda/cast_gemm.py), not the 16-bit-rounded product widened again."""
     rng = np.random.default_rng(15)
-    x, y = rng.standard_normal((9, 33)).astype(BF), rng.standard_normal((33, 7)).astype(BF)
+    x, y = rng.standard_normal((9, 33)).astype(dt), rng.standard_normal((33, 7)).astype(dt)
 
     def f(a, b):
         return (a @ b).astype(np.float32)
@@ -215,15 +216,16 @@ def test_jit_widened_product_is_one_float32_gemm():
     exact = x.astype(np.float64) @ y.astype(np.float64)
     assert got.dtype == np.float32
     np.testing.assert_allclose(got, exact, rtol=1e-5, atol=1e-5)
-    # the unfused path rounds to bf16 first: its error is bf16's
-    assert np.max(np.abs(_f32(_cuda(x) @ _cuda(y)) - exact)) > 1e-3
+    # the unfused path rounds to the 16-bit type first: its error is that type's
+    assert np.max(np.abs(_f32(_cuda(x) @ _cuda(y)) - exact)) > 1e-4
 
 
-def test_jit_preferred_float32_reads_the_bf16_operands():
-    """dot_general(float32(x), float32(y)) of bf16 x, y (preferred_element_type=float32) is a
-    bf16 GEMM writing float32 (cuda/cast_gemm.py): the float32 product, no widened copies."""
+@pytest.mark.parametrize("dt", [BF, np.dtype(np.float16)], ids=["bf16", "f16"])
+def test_jit_preferred_float32_reads_the_16bit_operands(dt):
+    """dot_general(float32(x), float32(y)) of 16-bit x, y (preferred_element_type=float32) is
+    a 16-bit GEMM writing float32 (cuda/cast_gemm.py): the float32 product, no widened copies."""
     rng = np.random.default_rng(16)
-    x, y = rng.standard_normal((2, 9, 33)).astype(BF), rng.standard_normal((33, 7)).astype(BF)
+    x, y = rng.standard_normal((2, 9, 33)).astype(dt), rng.standard_normal((33, 7)).astype(dt)
 
     def f(a, b):
         return (lax.dot_general(a, b, (((2,), (0,)), ((), ())), preferred_element_type=np.float32),
@@ -232,7 +234,7 @@ def test_jit_preferred_float32_reads_the_bf16_operands():
 
     X, Y = _cuda(x), _cuda(y)
     desc = funcgrad.jit(f).lower(X, Y).compile().describe()
-    assert desc.count("dot_general(bfloat16 operands)") == 2, desc
+    assert desc.count(f"dot_general({dt.name} operands)") == 2, desc
     assert "convert_element_type" not in desc, desc
     p, q = funcgrad.jit(f)(X, Y)
     xd, yd = x.astype(np.float64), y.astype(np.float64)
