@@ -18,9 +18,11 @@ import ctypes
 import numpy as np
 
 from funcgrad.core import Array, ShapedArray, get_backend
+from funcgrad.core.dtypes import bfloat16, dtype_kind
 
 kDLCPU, kDLCUDA, kDLCUDAManaged = 1, 2, 13
 _CODES = {"i": 0, "u": 1, "f": 2, "b": 6}
+kDLBfloat = 4   # DLPack's code of bfloat16 (its kind "f" would say float16)
 _KINDS = {0: "i", 1: "u", 2: "f", 6: "b"}
 
 
@@ -82,7 +84,10 @@ def _capsule(ptr: int, shape, strides, dtype: np.dtype, device: tuple, keep) -> 
     m.dl_tensor.data = ptr or None
     m.dl_tensor.device = DLDevice(*device)
     m.dl_tensor.ndim = nd
-    m.dl_tensor.dtype = DLDataType(_CODES[dtype.kind], dtype.itemsize * 8, 1)
+    code = kDLBfloat if dtype == bfloat16 else _CODES.get(dtype_kind(dtype))
+    if code is None:
+        raise BufferError(f"dtype {dtype.name} has no DLPack type code")
+    m.dl_tensor.dtype = DLDataType(code, dtype.itemsize * 8, 1)
     m.dl_tensor.shape = ctypes.cast(shp, ctypes.POINTER(ctypes.c_int64))
     m.dl_tensor.strides = ctypes.cast(st, ctypes.POINTER(ctypes.c_int64))
     m.dl_tensor.byte_offset = 0
@@ -128,6 +133,8 @@ class _Imported:
 
 
 def _dtype(dt: DLDataType) -> np.dtype:
+    if (dt.code, dt.bits, dt.lanes) == (kDLBfloat, 16, 1):
+        return bfloat16
     if dt.lanes != 1 or dt.code not in _KINDS:
         raise BufferError(f"unsupported DLPack dtype (code {dt.code}, bits {dt.bits}, "
                           f"lanes {dt.lanes})")

@@ -79,6 +79,28 @@ def _entry(k) -> str:
     return str(k)
 
 
+# safetensors' dtype names of the 16- and 8-bit floats its numpy loader does not map (it writes
+# them: BF16 for bfloat16, F8_E4M3 for float8_e4m3fn...), beside the ones it does
+_ST_DTYPES = {"BF16": "bfloat16", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2",
+              "F8_E4M3FNUZ": "float8_e4m3fnuz", "F8_E5M2FNUZ": "float8_e5m2fnuz",
+              "F64": "float64", "F32": "float32", "F16": "float16", "I64": "int64",
+              "U64": "uint64", "I32": "int32", "U32": "uint32", "I16": "int16", "U16": "uint16",
+              "I8": "int8", "U8": "uint8", "BOOL": "bool", "C64": "complex64"}
+
+
+def _load_tensors(data: bytes) -> dict:
+    """safetensors.numpy.load, reading BF16 and F8 tensors too (as ml_dtypes arrays)."""
+    from safetensors import deserialize
+    out = {}
+    for name, v in deserialize(data):
+        dt = _ST_DTYPES.get(v["dtype"])
+        if dt is None:
+            raise ValueError(f"tensor {name!r} has dtype {v['dtype']}, which funcgrad does "
+                             f"not read")
+        out[name] = np.frombuffer(v["data"], dtype=np.dtype(dt)).reshape(v["shape"])
+    return out
+
+
 def _leaf_names(paths) -> list[str]:
     """Tensor names for leaf paths: dotted (``a.b.0``), or Python-like accessors if dotted
     names would collide (e.g. keys that contain dots)."""
@@ -365,10 +387,10 @@ def _read_checked(path: str):
         return ValueError(f"funcgrad.io.load: {path} is not a valid checkpoint (truncated or "
                           f"corrupted?): {why}")
 
-    st = _safetensors()
+    _safetensors()   # a clear ImportError when the package is missing
     from safetensors import SafetensorError
     try:
-        tensors = st.load(data)
+        tensors = _load_tensors(data)
         n = int.from_bytes(data[:8], "little")
         header = json.loads(data[8:8 + n].decode("utf-8"))  # valid: safetensors checked it
     except (SafetensorError, ValueError) as e:  # ValueError covers JSON and UTF-8 errors

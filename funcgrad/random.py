@@ -29,6 +29,7 @@ import numpy as np
 from funcgrad import lax
 from funcgrad import numpy as fnp
 from funcgrad.core import ArrayBase, Tracer
+from funcgrad.core.dtypes import dtype_kind, finfo, is_half
 
 __all__ = [
     "PRNGKey",
@@ -156,7 +157,7 @@ def PRNGKey(seed) -> ArrayBase:
         hi = 0 if -2 ** 31 <= seed < 2 ** 31 else (seed >> 32) & 0xFFFFFFFF
         return fnp.asarray(np.array([hi, seed & 0xFFFFFFFF], dtype=_U32))
     seed = fnp.asarray(seed)
-    if seed.shape != () or seed.dtype.kind not in "iu":
+    if seed.shape != () or dtype_kind(seed.dtype) not in "iu":
         raise TypeError(f"PRNGKey: the seed must be an integer scalar, got "
                         f"{seed.dtype.name}{list(seed.shape)}")
     if seed.dtype.itemsize == 8:
@@ -259,7 +260,7 @@ def fold_in(key, data):
         d = np.uint32(int(data) & 0xFFFFFFFF)
     else:
         d = fnp.asarray(data)
-        if d.shape != () or d.dtype.kind not in "iu":
+        if d.shape != () or dtype_kind(d.dtype) not in "iu":
             raise TypeError(f"fold_in: data must be an integer scalar, got "
                             f"{d.dtype.name}{list(d.shape)}")
         d = fnp.asarray(d, _U32)
@@ -296,7 +297,7 @@ def bits(key, shape=(), dtype=None):
 
 def _float_dtype(dtype, name):
     dt = np.dtype(fnp.canonical_dtype(dtype) or np.float32)
-    if dt.kind != "f":
+    if dtype_kind(dt) != "f":
         raise TypeError(f"{name}: dtype must be a floating type, got {dt.name}")
     return dt
 
@@ -314,6 +315,9 @@ def _unit_floats(key, shape, dtype):
     if dtype == np.float16:  # 10 mantissa bits from a 16-bit word
         m = ((b1 ^ b2) & 0xFFFF) >> 6
         return fnp.asarray(fnp.asarray(m, np.float32) * 2.0 ** -10, np.float16)
+    if is_half(dtype):  # bfloat16: 7 mantissa bits from an 8-bit word (JAX: fewer than 8 bits
+        m = ((b1 ^ b2) & 0xFF) >> 1  # of mantissa draw bits(key, 8), as `bits(key, s, uint8)`)
+        return fnp.asarray(fnp.asarray(m, np.float32) * 2.0 ** -7, dtype)
     return fnp.asarray((b1 ^ b2) >> 9, np.float32) * np.float32(2.0 ** -23)
 
 
@@ -323,7 +327,7 @@ def uniform(key, shape=(), dtype=None, minval=0.0, maxval=1.0):
     Args:
         key: a ``uint32[2]`` key.
         shape: the output shape.
-        dtype: a float dtype (float32 by default; float16 and float64 too).
+        dtype: a float dtype (float32 by default; float16, bfloat16 and float64 too).
         minval: lower bound (inclusive), broadcastable to ``shape``.
         maxval: upper bound (exclusive), broadcastable to ``shape``.
 
@@ -361,7 +365,7 @@ def _horner(coeffs, w):
 def _erf_inv(x):
     """Inverse error function on (-1, 1): Giles' approximation, refined by Newton in float64."""
     dt = x.dtype
-    xw = fnp.asarray(x, np.float32) if dt == np.float16 else x
+    xw = fnp.asarray(x, np.float32) if is_half(dt) else x
     w = -fnp.log((1.0 - xw) * (1.0 + xw))
     central = _horner(_ERFINV_CENTRAL, w - 2.5)
     tail = _horner(_ERFINV_TAIL, fnp.sqrt(w) - 3.0)
@@ -452,10 +456,10 @@ def gumbel(key, shape=(), dtype=None, mode=None):
     dtype = _float_dtype(dtype, "gumbel")
     shape = _shape(shape)
     if mode in (None, "low"):
-        u = uniform(key, shape, dtype, float(np.finfo(dtype).tiny), 1.0)
+        u = uniform(key, shape, dtype, float(finfo(dtype).tiny), 1.0)
         return -fnp.log(-fnp.log(u))
     if mode == "high":
-        info = np.finfo(dtype)
+        info = finfo(dtype)
         both = uniform(key, (2,) + shape, dtype, 0.0, 1.0)
         high, low = both[0], both[1]
         x = fnp.where(high >= 0.5, high,
@@ -476,7 +480,7 @@ def _int_bound(v, dtype):
         iv = int(v)
         return fnp.asarray(np.int64(min(max(iv, info.min), info.max))), iv > info.max
     a = fnp.asarray(v)
-    if a.dtype.kind not in "iu":
+    if dtype_kind(a.dtype) not in "iu":
         a = fnp.asarray(a, np.int32)
     a = fnp.asarray(a, np.int64)
     return fnp.clip(a, int(info.min), int(info.max)), a > int(info.max)
@@ -504,7 +508,7 @@ def randint(key, shape, minval, maxval, dtype=None):
         True
     """
     dtype = np.dtype(fnp.canonical_dtype(dtype) or np.int32)
-    if dtype.kind not in "iu" or dtype.itemsize > 4:
+    if dtype_kind(dtype) not in "iu" or dtype.itemsize > 4:
         raise TypeError(f"randint: dtype must be an integer type of at most 32 bits, got "
                         f"{dtype.name}")
     shape = _shape(shape)
@@ -542,7 +546,7 @@ def bernoulli(key, p=0.5, shape=None):
         dtype('bool')
     """
     p = fnp.asarray(p)
-    if p.dtype.kind != "f":
+    if dtype_kind(p.dtype) != "f":
         p = fnp.asarray(p, np.float32)
     shape = tuple(p.shape) if shape is None else _shape(shape)
     return uniform(key, shape, p.dtype) < p

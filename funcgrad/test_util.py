@@ -12,6 +12,7 @@ import functools
 
 import numpy as np
 
+from funcgrad.core.dtypes import dtype_kind
 from funcgrad.transforms.ad import jvp, linearize, vjp
 from funcgrad.tree_util import tree_flatten, tree_map, tree_unflatten
 
@@ -34,7 +35,7 @@ def _np(x):
 
 
 def _inexact(x) -> bool:
-    return _np(x).dtype.kind in "fc"
+    return dtype_kind(_np(x).dtype) in "fc"
 
 
 def _tolerance(dtype, tol) -> float:
@@ -78,9 +79,9 @@ def _check_close(xs, ys, atol, rtol, err_msg):
 
 def _rand_like(rng, x):
     a = _np(x)
-    if a.dtype.kind == "f":
+    if dtype_kind(a.dtype) == "f":
         return rng.standard_normal(a.shape).astype(a.dtype)
-    if a.dtype.kind == "c":   # a direction in the complex plane: both parts move
+    if dtype_kind(a.dtype) == "c":   # a direction in the complex plane: both parts move
         return (rng.standard_normal(a.shape) + 1j * rng.standard_normal(a.shape)).astype(a.dtype)
     return np.zeros(a.shape, a.dtype)   # integers and bools: no tangent
 
@@ -155,7 +156,7 @@ def _vjp_check(f, f_vjp, args, atol, rtol, eps, err_msg, rng, numeric=True):
     # the pairings' dtype, as numpy promotes the leaves' (real part), sets the tolerance
     dts = [_np(x).dtype for x in tree_flatten((tangents, cts))[0] if _inexact(x)]
     dt = np.result_type(*dts) if dts else np.dtype(np.float64)
-    dt = np.dtype(f"f{dt.itemsize // 2}") if dt.kind == "c" else dt
+    dt = np.dtype(f"f{dt.itemsize // 2}") if dtype_kind(dt) == "c" else dt
     got = np.asarray(_pairing(ct_in, tangents, args), np.float64)
     want = np.asarray(_pairing(cts, t_out, v_out), np.float64)
     _check_close(got, want, _tolerance(dt, atol), _tolerance(dt, rtol),

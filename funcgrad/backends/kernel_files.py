@@ -16,6 +16,7 @@ import sys
 import threading
 
 import numpy as np
+from funcgrad.core.dtypes import dtype_kind
 
 _lock = threading.Lock()
 _modules: dict[str, object] = {}
@@ -65,7 +66,7 @@ def literal(val, dtype, ct: str) -> str:
     v = np.asarray(val).astype(dtype).item()
     if dtype == np.bool_:
         return "True" if v else "False"
-    if dtype.kind == "f":
+    if dtype_kind(dtype) == "f":
         if math.isnan(v):
             return f"{ct}(math.nan)"
         if v in (float("inf"), float("-inf")):

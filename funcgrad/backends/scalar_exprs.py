@@ -13,6 +13,7 @@ import re
 
 import numpy as np
 
+from funcgrad.core.dtypes import dtype_kind
 # numba type names of the real dtypes both backends compute in their own type
 NB = {"float32": "float32", "float64": "float64", "int8": "int8", "uint8": "uint8",
       "int16": "int16", "uint16": "uint16", "int32": "int32", "uint32": "uint32",
@@ -26,7 +27,7 @@ class T:
         d = np.dtype(dtype)
         self.dtype, self.out = d, np.dtype(out_dtype)
         self.ct = ct
-        self.kind = d.kind
+        self.kind = dtype_kind(d)
         self.bits = d.itemsize * 8
         self.params = params
 
@@ -137,7 +138,7 @@ def _shift(left):
 def _convert(a, t):
     if t.out == np.bool_:
         return f"({a[0]} != 0)"
-    if t.c and t.out.kind != "c":   # JAX: complex -> real keeps the real part
+    if t.c and dtype_kind(t.out) != "c":   # JAX: complex -> real keeps the real part
         return f"({a[0]}).real"
     return a[0]
 

@@ -20,8 +20,12 @@ from funcgrad.core.dtypes import (  # noqa: F401
     _X64,
     _set_x64,
     canonicalize_dtype,
+    compute_dtype,
+    dtype_kind,
     is_complex,
     is_float,
+    is_half,
+    is_inexact,
     is_int,
     real_dtype,
 )

@@ -34,7 +34,8 @@ import numpy as np
 from funcgrad.cuda import blaslt, runtime
 
 # cudaDataType_t and cublasComputeType_t values (cuBLAS's C API)
-CUDA_R = {"float16": 2, "float32": 0, "float64": 1}
+CUDA_R = {"float16": 2, "float32": 0, "float64": 1, "bfloat16": 14}
+HALF = ("float16", "bfloat16")   # 16-bit operands: fp32 accumulation, C in 16 bits or float32
 COMPUTE_16F, COMPUTE_32F, COMPUTE_64F = 64, 68, 70
 COMPUTE_32F_FAST_16BF, COMPUTE_32F_FAST_TF32 = 75, 77
 OP_N, OP_T = 0, 1
@@ -78,7 +79,7 @@ def compute_type(dtype, precision) -> int:
         return COMPUTE_32F_FAST_TF32
     if name == "float32" and precision == "bfloat16":
         return COMPUTE_32F_FAST_16BF
-    return COMPUTE_32F   # float32 at None/"float32" (full fp32); float16 accumulates in fp32
+    return COMPUTE_32F   # float32 at None/"float32" (full fp32); 16-bit floats accumulate in fp32
 
 
 def _op(r, c, sr, sc):
@@ -307,11 +308,19 @@ def _workspace(macs: int) -> int:
     return p
 
 
+def out_ok(x_dtype, out_dtype) -> bool:
+    """Whether cuBLAS writes a product of `x_dtype` operands as `out_dtype`: the operands' own
+    type, or float32 for 16-bit operands (preferred_element_type=float32: the fp32
+    accumulator stored unrounded)."""
+    x, o = np.dtype(x_dtype).name, np.dtype(out_dtype).name
+    return o == x or (x in HALF and o == "float32")
+
+
 def gemm(x, xs, y, ys, out, Bn, M, N, K, precision=None) -> bool:
     """out (Bn, M, N contiguous) = x @ y by cuBLAS; False when cuBLAS cannot take it (the
     caller runs the numba kernel). x/y are DeviceBuffers whose (batch, row, contract) /
     (batch, contract, col) element strides are xs / ys from their offsets."""
-    if not available(x.dtype) or out.dtype != x.dtype:   # C is written in the operands' type
+    if not available(x.dtype) or y.dtype != x.dtype or not out_ok(x.dtype, out.dtype):
         return False
     from funcgrad.cuda.elementwise import contiguous
     args = plan(Bn, M, N, K, xs, ys)
@@ -346,12 +355,13 @@ def gemm(x, xs, y, ys, out, Bn, M, N, K, precision=None) -> bool:
 def gemm_bias(x, xs, y, ys, out, M, N, K, precision, bias, residual=None) -> bool:
     """out (M, N contiguous) = x @ y + bias[None, :] (+ residual) as one cuBLASLt call with the
     BIAS epilogue (epilogue.py); False, having launched nothing, when that cannot be done here
-    (no GPU or nvmath, not float32, a layout cuBLAS reads only after a copy, a misaligned or
+    (no GPU or nvmath, not float32 / bfloat16 / float16 throughout, a layout cuBLAS reads only
+    after a copy, a misaligned or
     strided bias, a residual not laid out like out, no cuBLASLt algorithm): the caller then runs
     the product and the bias add apart. x/y as for gemm(), unbatched."""
     if bias.shape != (N,) or (N > 1 and bias.strides != (1,)):
         return False
-    if residual is not None and (residual.dtype != np.float32 or residual.shape != out.shape
+    if residual is not None and (residual.dtype != out.dtype or residual.shape != out.shape
                                  or not residual.is_contiguous()):
         return False
     full = _lt_args(x, xs, y, ys, out, bias, M, N, K, precision)
@@ -378,12 +388,13 @@ def gemm_bgrad(x, xs, y, ys, out, grad, M, N, K, precision, side: str) -> bool:
 
 
 def _lt_args(x, xs, y, ys, out, vec, M, N, K, precision):
-    """cublasGemmStridedBatchedEx's arguments for an unbatched float32 x @ y into out with
+    """cublasGemmStridedBatchedEx's arguments for an unbatched x @ y into out (float32,
+    bfloat16 or float16 throughout) with
     the epilogue's vector `vec` (a bias or its gradient, 16-byte aligned); None when cuBLASLt
     cannot take them here (no GPU or nvmath, another dtype, a layout needing a copy)."""
-    f32 = np.dtype("float32")
-    if (any(a.dtype != f32 for a in (x, y, out, vec)) or not available(f32)
-            or not isinstance(_state["api"], _Nvmath) or _ptr(vec) % 16):
+    if (x.dtype.name not in ("float32",) + HALF or any(a.dtype != x.dtype for a in (y, out, vec))
+            or not available(x.dtype) or not isinstance(_state["api"], _Nvmath)
+            or _ptr(vec) % 16):
         return None
     args = plan(1, M, N, K, xs, ys)
     if args is None or min(M, N, K) < 1:
@@ -393,12 +404,12 @@ def _lt_args(x, xs, y, ys, out, vec, M, N, K, precision):
 
 def _ex_args(args, x, y, out, precision):
     """cublasGemmStridedBatchedEx's arguments (after the handle) from plan()'s `args`: alpha =
-    1, beta = 0 in host memory, cuBLAS's A = y and B = x, all of x's dtype."""
+    1, beta = 0 in host memory, cuBLAS's A = y and B = x of x's dtype, C of out's."""
     ta, tb, m, n, k, lda, sa, ldb, sb, ldc, sc, batch = args
-    dt = CUDA_R[x.dtype.name]
+    dt, dc = CUDA_R[x.dtype.name], CUDA_R[out.dtype.name]
     scal = "float64" if x.dtype.name == "float64" else "float32"
     return (ta, tb, m, n, k, _ONE[scal].ctypes.data, _ptr(y), dt, lda, sa, _ptr(x), dt, ldb,
-            sb, _ZERO[scal].ctypes.data, _ptr(out), dt, ldc, sc, batch,
+            sb, _ZERO[scal].ctypes.data, _ptr(out), dc, ldc, sc, batch,
             compute_type(x.dtype, precision), GEMM_DEFAULT)
 
 

@@ -47,9 +47,10 @@ def _set(setter, obj, attr, value, dtype):
     setter(obj, attr, v.ctypes.data, v.nbytes)
 
 
-def _describe(lt, a, dt, compute):
-    """(desc, (adesc, bdesc, cdesc)) for gemm arguments `a` (blas.gemm's tuple)."""
-    (ta, tb, m, n, k, _, _, _, lda, sa, _, _, ldb, sb, _, _, _, ldc, sc, batch, _, _) = a
+def _describe(lt, a, compute):
+    """(desc, (adesc, bdesc, cdesc)) for gemm arguments `a` (blas.gemm's tuple; each matrix
+    of its own cudaDataType)."""
+    (ta, tb, m, n, k, _, _, at, lda, sa, _, bt, ldb, sb, _, _, ct, ldc, sc, batch, _, _) = a
     scale = 1 if compute == 70 else 0   # CUDA_R_64F for a float64 compute type, else 32F
     desc = lt.matmul_desc_create(compute, scale)
     D = lt.MatmulDescAttribute
@@ -57,8 +58,9 @@ def _describe(lt, a, dt, compute):
     _set(lt.matmul_desc_set_attribute, desc, D.TRANSB, tb, np.int32)
     L = lt.MatrixLayoutAttribute
     lays = []
-    for rows, cols, ld, st in (((k, m) if ta else (m, k)) + (lda, sa),
-                               ((n, k) if tb else (k, n)) + (ldb, sb), (m, n, ldc, sc)):
+    for dt, (rows, cols, ld, st) in zip((at, bt, ct), (
+            ((k, m) if ta else (m, k)) + (lda, sa), ((n, k) if tb else (k, n)) + (ldb, sb),
+            (m, n, ldc, sc))):
         lay = lt.matrix_layout_create(dt, rows, cols, ld)
         if batch > 1:
             _set(lt.matrix_layout_set_attribute, lay, L.BATCH_COUNT, batch, np.int32)
@@ -125,7 +127,7 @@ def gemm(a, dt, stream, ws, nbytes, gemm_ex) -> bool:
     if not ENABLED or dt != 0:   # float32 operands only (TF32 or fp32 compute)
         return False
     aligns = (_align(a[6]), _align(a[10]), _align(a[15]))
-    key = a[:5] + a[8:10] + a[12:14] + a[17:21] + aligns
+    key = a[:5] + a[7:10] + a[11:14] + a[16:21] + aligns
     hit = _choice.get(key)
     if hit is None:
         if runtime._keep is not None or stream != 0 or _lt() is None:
@@ -140,7 +142,7 @@ def gemm(a, dt, stream, ws, nbytes, gemm_ex) -> bool:
 def _tune(a, dt, stream, ws, nbytes, gemm_ex, aligns):
     """Time cublasGemmEx and cuBLASLt's candidates on these operands; the fastest."""
     lt = _state["lt"]
-    desc, lays = _describe(lt, a, dt, a[20])
+    desc, lays = _describe(lt, a, a[20])
     res = _heuristic(lt, desc, lays, nbytes, aligns)
     if FORCE_LT and len(res):
         _run_lt((desc, lays, res, 0), a, stream, ws, nbytes)
@@ -174,12 +176,12 @@ _epi: dict = {}        # key -> (desc, layouts, heuristic results, 0) or None (n
 
 
 def bias_choice(a, residual: bool, aligns, nbytes: int, epilogue: str = "BIAS"):
-    """cuBLASLt's first algorithm for blas.gemm's float32 product `a` with `epilogue`: "BIAS"
-    (a float32 vector added over D's rows, column-major: the row-major output's last axis;
+    """cuBLASLt's first algorithm for blas.gemm's product `a` with `epilogue`: "BIAS"
+    (a vector of D's type added over D's rows, column-major: the row-major output's last axis;
     with `residual`, beta = 1 reading C), "BGRADA" / "BGRADB" (the sums of A's rows / B's
     columns over k written to the bias pointer); None when cuBLASLt is missing or offers none
     within `nbytes` of workspace."""
-    key = a[:5] + a[8:10] + a[12:14] + a[17:21] + tuple(aligns) + (residual, epilogue)
+    key = a[:5] + a[7:10] + a[11:14] + a[16:21] + tuple(aligns) + (residual, epilogue)
     if key not in _epi:
         lt = _lt()
         _epi[key] = None if lt is None else _bias_plan(lt, a, aligns, nbytes, epilogue)
@@ -187,10 +189,11 @@ def bias_choice(a, residual: bool, aligns, nbytes: int, epilogue: str = "BIAS"):
 
 
 def _bias_plan(lt, a, aligns, nbytes, epilogue):
-    desc, lays = _describe(lt, a, 0, a[20])
+    desc, lays = _describe(lt, a, a[20])
     D = lt.MatmulDescAttribute
     _set(lt.matmul_desc_set_attribute, desc, D.EPILOGUE, int(lt.Epilogue[epilogue]), np.uint32)
-    _set(lt.matmul_desc_set_attribute, desc, D.BIAS_DATA_TYPE, 0, np.int32)   # CUDA_R_32F
+    # the bias (or its gradient) in D's type: float32, or bfloat16 / float16 products' own
+    _set(lt.matmul_desc_set_attribute, desc, D.BIAS_DATA_TYPE, a[16], np.int32)
     try:
         res = _heuristic(lt, desc, lays, nbytes, aligns)
     except Exception:   # noqa: BLE001 - an epilogue this cuBLASLt rejects: the unfused path

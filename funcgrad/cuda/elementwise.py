@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from funcgrad.backends import scalar_exprs as sx
+from funcgrad.core.dtypes import STORAGE_ONLY_DTYPES
 from funcgrad.cuda import runtime
 from funcgrad.cuda.arrays import DeviceBuffer, c_strides, const, pool, zero_const, zeros
 
@@ -21,17 +22,52 @@ from funcgrad.cuda.arrays import DeviceBuffer, c_strides, const, pool, zero_cons
 # type helpers and the scalar-op table (shared with the CPU backend: backends/scalar_exprs.py)
 # ---------------------------------------------------------------------------------------------
 
-NB = {"float16": "float16", **sx.NB, "complex64": "complex64", "complex128": "complex128"}
+# bfloat16 is stored as its bits (funcgrad/cuda/half.py), the float8 types as bytes that only
+# copies move (no kernel computes on them: compute_t raises)
+STORAGE_ONLY = frozenset(np.dtype(d).name for d in STORAGE_ONLY_DTYPES)
+NB = {"float16": "float16", **sx.NB, "complex64": "complex64", "complex128": "complex128",
+      "bfloat16": "uint16", **{n: "uint8" for n in STORAGE_ONLY}}
+HALF = ("float16", "bfloat16")   # computed in float32
 
 
 def nbt(dtype) -> str:
-    """The numba type name of a numpy dtype."""
+    """The numba type name of a numpy dtype (of its storage: uint16 for bfloat16)."""
     return NB[np.dtype(dtype).name]
 
 
 def compute_t(dtype) -> str:
+    """The numba type a kernel computes values of `dtype` in (float32 for 16-bit floats)."""
     d = np.dtype(dtype)
-    return "float32" if d == np.float16 else nbt(d)
+    if d.name in STORAGE_ONLY:
+        raise TypeError(f"the CUDA backend has no kernel computing on {d.name} (a storage-only "
+                        "type: convert it to float32 or bfloat16 first)")
+    return "float32" if d.name in HALF else nbt(d)
+
+
+def load(dtype, ref: str) -> str:
+    """Source of an element `ref` of a `dtype` array as a value of its compute type."""
+    if np.dtype(dtype).name == "bfloat16":
+        return f"bf16_ld({ref})"
+    return f"{compute_t(dtype)}({ref})"
+
+
+def storer(dtype) -> str:
+    """The function turning a compute-type value into an element of a `dtype` array (its
+    numba type; bfloat16: bf16_st, its bits rounded to nearest even)."""
+    return "bf16_st" if np.dtype(dtype).name == "bfloat16" else nbt(dtype)
+
+
+def store(dtype, expr: str) -> str:
+    """Source of a compute-type value `expr` as an element of a `dtype` array."""
+    return f"{storer(dtype)}({expr})"
+
+
+def rounded(dtype, expr: str) -> str:
+    """`expr` cast to the compute type of `dtype`, rounded to `dtype` first where that type is
+    wider (a bfloat16 intermediate of a fused kernel: the value a store would keep)."""
+    if np.dtype(dtype).name == "bfloat16":
+        return f"bf16_rnd({expr})"
+    return f"{compute_t(dtype)}({expr})"
 
 
 # helper device functions, specialised per compute type (typed constants keep float32 float32,
@@ -164,11 +200,18 @@ def _source(name, dtypes, out_dtype, lays, out_lay, rank, params, idx32=False):
         return base + "".join(f" + k{k} * {prefix}s{k}" for k in range(rank))
 
     names = []
+    # a copy between equal types moves the stored bits (any dtype, float8 included)
+    raw = name == "copy" and all(np.dtype(d) == np.dtype(out_dtype) for d in dtypes)
     for j, (lay, dt) in enumerate(zip(lays, dtypes)):
-        body.append(f"        a{j} = {compute_t(dt)}(x{j}[{off(f'x{j}', f'x{j}o', lay)}])")
+        ref = f"x{j}[{off(f'x{j}', f'x{j}o', lay)}]"
+        body.append(f"        a{j} = {ref if raw else load(dt, ref)}")
         names.append(f"a{j}")
-    expr, helpers = scalar(name, names, dtypes[0] if dtypes else out_dtype, out_dtype, params)
-    body.append(f"        o[{off('o', 'oo', out_lay)}] = {nbt(out_dtype)}({expr})")
+    if raw:
+        expr, helpers = names[0], set()
+    else:
+        expr, helpers = scalar(name, names, dtypes[0] if dtypes else out_dtype, out_dtype,
+                               params)
+    body.append(f"        o[{off('o', 'oo', out_lay)}] = {expr if raw else store(out_dtype, expr)}")
     body.append("        i += step")
     src = helper_source(helpers, opts)
     src += f"\n@cuda.jit({opts})\ndef kernel({', '.join(args)}):\n" + "\n".join(body) + "\n"

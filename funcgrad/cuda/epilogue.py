@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
-
 from funcgrad import prims as P
 from funcgrad.core import Var
 from funcgrad.cuda import fusion, matmul
@@ -64,6 +62,10 @@ class BiasGrad:
                 f"{self.red.out.aval.str_short()}")
 
 
+# the products whose bias epilogues cuBLASLt runs here: operands, output and vector of one type
+LT_DTYPES = ("float32", "bfloat16", "float16")
+
+
 def _bias_of(e, shape):
     """The bias vector a broadcast_in_dim eqn spreads over the last axis of `shape`, or None."""
     x = e.inputs[0]
@@ -83,14 +85,14 @@ def match(dot, c):
     if lb or rb or dot.inputs[1].aval.ndim - len(rc) != 1:   # batched, or rhs keeps 0 or 2+ dims
         return None
     if (c.recomputed or len(c.outputs) != 1 or tuple(c.shape) != tuple(h.aval.shape)
-            or h.aval.dtype != np.float32 or not h.aval.ndim):
+            or h.aval.dtype.name not in LT_DTYPES or not h.aval.ndim):
         return None
     bcasts = [e for e in c.eqns if e.prim is P.broadcast_in_dim_p]
     adds = [e for e in c.eqns if e.prim is P.add_p]
     if len(bcasts) != 1 or not 1 <= len(adds) <= 2 or len(adds) + 1 != len(c.eqns):
         return None
     bias = _bias_of(bcasts[0], h.aval.shape)
-    if bias is None or bias.aval.dtype != np.float32:
+    if bias is None or bias.aval.dtype != h.aval.dtype:
         return None
     b = bcasts[0].out
     leaves = [x for e in adds for x in e.inputs if x is b or x not in c.members]
@@ -104,7 +106,7 @@ def match(dot, c):
     if len(rest) != len(adds) - 1:
         return None
     r = rest[0] if rest else None
-    if r is not None and (r.aval.shape != h.aval.shape or r.aval.dtype != np.float32):
+    if r is not None and (r.aval.shape != h.aval.shape or r.aval.dtype != h.aval.dtype):
         return None
     return bias, r
 
@@ -115,7 +117,8 @@ def grad_side(dot, red):
     ct = red.inputs[0]
     (lc, rc), (lb, rb) = dot.params["dimension_numbers"]
     x, y = dot.inputs
-    if (lb or rb or x is y or ct.aval.dtype != np.float32 or dot.out.aval.dtype != np.float32
+    if (lb or rb or x is y or ct.aval.dtype.name not in LT_DTYPES
+            or dot.out.aval.dtype != ct.aval.dtype or red.out.aval.dtype != ct.aval.dtype
             or not red.out.aval.ndim):
         return None
     for side, v, c in (("x", x, lc), ("y", y, rc)):

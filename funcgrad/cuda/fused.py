@@ -5,14 +5,14 @@ the one-pass kernel of rows_wide.py).
 
 Threads stride over the row and combine through a block all-reduce: warp shuffles then one
 shared slot per warp on a GPU, a shared-memory tree in the simulator (no shuffles there). The
-order is fixed, so results are deterministic. float16 rows compute in float32 like the numpy
-impls.
+order is fixed, so results are deterministic. float16 and bfloat16 rows load their 16-bit
+values, compute in float32 like the numpy impls and round once on store.
 """
 from __future__ import annotations
 
 from funcgrad.cuda import rows, runtime
 from funcgrad.cuda.arrays import DeviceBuffer, pool, to_host
-from funcgrad.cuda.elementwise import compute_t, contiguous, nbt
+from funcgrad.cuda.elementwise import compute_t, contiguous, load, storer
 from funcgrad.cuda.gather import error_flags
 
 
@@ -46,9 +46,9 @@ def allreduce(var, kind, ct, T, shfl, ind="        "):
 
 
 def _source(kind, dtype, eps, label_dtype=None):
-    ct, out, T = compute_t(dtype), nbt(dtype), runtime.reduce_threads()
+    ct, out, T = compute_t(dtype), storer(dtype), runtime.reduce_threads()
     shfl = not runtime.SIM
-    ld = f"{ct}(x[base + j])"
+    ld = load(dtype, "x[base + j]")
     args = {"softmax": "x, o", "log_softmax": "x, o", "softmax_xent": "x, lab, err, o",
             "layer_norm": "x, sc, bi, o", "rms_norm": "x, sc, o"}[kind]
     L = [f"\n@cuda.jit({runtime.jit_opts()})", f"def kernel(R, N, {args}):",
@@ -60,6 +60,7 @@ def _source(kind, dtype, eps, label_dtype=None):
         return [f"        for j in range({'t'}, N, {T}):"] + [f"            {b}" for b in body]
 
     if kind in ("softmax", "log_softmax", "softmax_xent"):
+        xc = load(dtype, "x[base + c]")   # the label's logit
         L += [f"        m = {ct}(-math.inf)"] + loop([f"v = {ld}",
                                                        "m = m if (m > v or m != m) else v"])
         L += allreduce("m", "max", ct, T, shfl)
@@ -74,7 +75,7 @@ def _source(kind, dtype, eps, label_dtype=None):
                   "            if c < 0 or c >= N:", "                cuda.atomic.add(err, 0, 1)",
                   "                cuda.atomic.min(err, 1, row)",
                   f"                o[row] = {out}(math.nan)", "            else:",
-                  f"                o[row] = {out}(math.log(s) - ({ct}(x[base + c]) - m))"]
+                  f"                o[row] = {out}(math.log(s) - ({xc} - m))"]
     else:
         inv_n = f"({ct}(1) / {ct}(N))"
         if kind == "layer_norm":
@@ -83,12 +84,13 @@ def _source(kind, dtype, eps, label_dtype=None):
             L += [f"        mu = s * {inv_n}", f"        q = {ct}(0)"]
             L += loop([f"d = {ld} - mu", "q += d * d"]) + allreduce("q", "sum", ct, T, shfl)
             L += [f"        rs = {ct}(1) / math.sqrt(q * {inv_n} + {ct}({eps!r}))"]
-            L += loop([f"o[base + j] = {out}(({ld} - mu) * rs * {ct}(sc[j]) + {ct}(bi[j]))"])
+            sc, bi = load(dtype, "sc[j]"), load(dtype, "bi[j]")
+            L += loop([f"o[base + j] = {out}(({ld} - mu) * rs * {sc} + {bi})"])
         else:
             L += [f"        q = {ct}(0)"] + loop([f"v = {ld}", "q += v * v"])
             L += allreduce("q", "sum", ct, T, shfl)
             L += [f"        rs = {ct}(1) / math.sqrt(q * {inv_n} + {ct}({eps!r}))"]
-            L += loop([f"o[base + j] = {out}({ld} * rs * {ct}(sc[j]))"])
+            L += loop([f"o[base + j] = {out}({ld} * rs * {load(dtype, 'sc[j]')})"])
     L += ["        cuda.syncthreads()", "        row += cuda.gridDim.x"]
     return "\n".join(L) + "\n"
 

@@ -13,20 +13,33 @@ import os
 
 import numpy as np
 
-from funcgrad.backends import kernel_files
 from funcgrad import prims as P
+from funcgrad.backends import kernel_files
 from funcgrad.compile.clustering import Cluster, external_inputs, fusible, is_view_bcast  # noqa: F401
 from funcgrad.compile.clustering import plan_steps as _plan_steps
 from funcgrad.core import Lit, Var
-from funcgrad.cuda.elementwise import compute_t, coordinates, helper_source, nbt, scalar
+from funcgrad.core.dtypes import dtype_kind
+from funcgrad.cuda.elementwise import (
+    compute_t,
+    coordinates,
+    helper_source,
+    load,
+    rounded,
+    scalar,
+    store,
+)
 
 # ---------------------------------------------------------------------------------------------
 # code generation
 # ---------------------------------------------------------------------------------------------
 
 def _lit(val, dtype) -> str:
-    """A literal operand in the compute type of `dtype`."""
-    return kernel_files.literal(val, dtype, compute_t(np.dtype(dtype)))
+    """A literal operand in the compute type of `dtype` (a 16-bit float's value, rounded to
+    its dtype, written as the float32 it is exactly)."""
+    d = np.dtype(dtype)
+    if d.name in ("bfloat16", "float16"):
+        val, d = np.asarray(val).astype(d).astype(np.float32), np.dtype(np.float32)
+    return kernel_files.literal(val, d, compute_t(d))
 
 
 # clusters up to this many equations take two elements per thread and iteration; larger ones
@@ -94,7 +107,7 @@ class FusedKernel:
                 p = pname[v]
                 mode = self.layout[v]
                 if mode == "flatv" and self.vector:
-                    return f"{compute_t(v.aval.dtype)}({p}_v[{lane}])"
+                    return load(v.aval.dtype, f"{p}_v[{lane}]")
                 if mode in ("flat", "flatv"):
                     at = f"{p}_o + {ix}"
                 elif mode == "scalar":
@@ -103,7 +116,7 @@ class FusedKernel:
                     at = " + ".join([p + "_o"] + [f"{coord(d, lane)} * {p}_s{j}"
                                                   for j, d in enumerate(dims_map)
                                                   if v.aval.shape[j] != 1])
-                return f"{compute_t(v.aval.dtype)}({p}[{at}])"
+                return load(v.aval.dtype, f"{p}[{at}]")
 
             for k, e in enumerate(c.eqns):
                 dt = e.out.aval.dtype
@@ -130,13 +143,14 @@ class FusedKernel:
                     expr, used = scalar(e.prim.name, args, src_dt, dt, e.params)
                     helpers.update(used)
                     # each value is cast to its compute type (its dtype; float16 computes in
-                    # float32), so integers wrap at every step as in numpy, not only when stored
-                    lines.append(f"{out} = {compute_t(dt)}({expr})")
+                    # float32), so integers wrap at every step as in numpy, not only when stored;
+                    # bfloat16 values are rounded to bfloat16 (what a store would keep)
+                    lines.append(f"{out} = {rounded(dt, expr)}")
                 names[e.out] = out
             return lines, names
 
         def stores(ix, names):
-            return [f"out{j}[out{j}_o + {ix}] = {nbt(o.aval.dtype)}({names[o]})"
+            return [f"out{j}[out{j}_o + {ix}] = {store(o.aval.dtype, names[o])}"
                     for j, o in enumerate(c.outputs)]
 
         # the shape only where coordinates are computed: flat kernels of equal structure share
@@ -181,12 +195,12 @@ class FusedKernel:
 
             def put(j, k):
                 o = c.outputs[j]
-                return f"out{j}[out{j}_o + {ixs[k]}] = {nbt(o.aval.dtype)}({names[k][o]})"
+                return f"out{j}[out{j}_o + {ixs[k]}] = {store(o.aval.dtype, names[k][o])}"
 
             full = []
             for j in vec_out:
                 o = c.outputs[j]
-                vals = ", ".join(f"{nbt(o.aval.dtype)}({nm[o]})" for nm in names)
+                vals = ", ".join(store(o.aval.dtype, nm[o]) for nm in names)
                 full.append(f"stv{V}(out{j}, out{j}_o + i, {vals})")
             if tail and vec_out:
                 lines += [f"        if i + {V} <= n:"] + [f"            {x}" for x in full]
@@ -285,7 +299,7 @@ def aligned(buf, v: int, sim: bool) -> bool:
     """buf's first element may start a vector access of v elements (vecmem: at most 16 bytes,
     numbers only; the simulator's scalar stand-in needs only the offset)."""
     nb = buf.dtype.itemsize * v
-    if nb > 16 or buf.dtype.kind not in "fiu" or buf.offset % v:
+    if nb > 16 or dtype_kind(buf.dtype) not in "fiu" or buf.offset % v:
         return False
     return sim or (buf.block.ptr() + buf.offset * buf.dtype.itemsize) % nb == 0
 

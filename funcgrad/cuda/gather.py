@@ -33,7 +33,7 @@ import numpy as np
 
 from funcgrad.cuda import runtime
 from funcgrad.cuda.arrays import DeviceBuffer, const, from_host, pool, to_host
-from funcgrad.cuda.elementwise import compute_t, contiguous, fill, nbt, run
+from funcgrad.cuda.elementwise import contiguous, fill, load, nbt, run, storer
 
 BIG = 2 ** 62
 MAX_TABLE = 1 << 22      # chunk x bucket entries (int64) the dense path's stable fill may use
@@ -418,12 +418,13 @@ def _sort(keys: DeviceBuffer, pos: DeviceBuffer, NI: int, N: int):
 def _combine_source(dtype, add: bool):
     """Thread (s, pre, post) with s the first slot of a run of equal valid keys: out[pre, key,
     post] (= x there) combined with the run's updates in position order."""
-    ct, out = compute_t(dtype), nbt(dtype)
+    # (16-bit floats: summed in float32, rounded once; no atomics anywhere)
+    out = storer(dtype)
     if add:
-        body = f"""            acc = {ct}(o[oi])
+        body = f"""            acc = {load(dtype, 'o[oi]')}
             q = s
             while q < NI and skey[q] == key:
-                acc = acc + {ct}(upd[uo + (pre * NI + spos[q]) * POST + post])
+                acc = acc + {load(dtype, 'upd[uo + (pre * NI + spos[q]) * POST + post]')}
                 q += 1
             o[oi] = {out}(acc)"""
     else:
@@ -463,12 +464,12 @@ def path(NI: int, N: int) -> str:
 
 
 def _scatter_source(dtype, add: bool):
-    ct, out = compute_t(dtype), nbt(dtype)
+    out = storer(dtype)
     if add:
-        body = f"""        acc = {ct}(x[xo + i])
+        body = f"""        acc = {load(dtype, 'x[xo + i]')}
         for q in range(offs[j], offs[j + 1]):
             p = perm[q]
-            acc = acc + {ct}(upd[uo + (pre * NI + p) * POST + post])
+            acc = acc + {load(dtype, 'upd[uo + (pre * NI + p) * POST + post]')}
         o[i] = {out}(acc)"""
     else:
         body = """        e = offs[j + 1]

@@ -249,6 +249,13 @@ from funcgrad.cuda import complex_ops as _complex_ops  # noqa: E402
 _complex_ops.register(CUDA)
 
 
+# bfloat16 reaches the kernels that take it, the rest run widened; float8 only moves --
+
+from funcgrad.cuda import half_ops as _half_ops  # noqa: E402
+
+_half_ops.register(CUDA)
+
+
 def lower(prim, bufs, params, aval) -> DeviceBuffer:
     fn = CUDA.get(prim)
     if fn is None:

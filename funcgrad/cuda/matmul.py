@@ -19,9 +19,10 @@ from __future__ import annotations
 import math
 import os
 
+from funcgrad.core.dtypes import dtype_kind
 from funcgrad.cuda import blas, runtime
 from funcgrad.cuda.arrays import DeviceBuffer, pool
-from funcgrad.cuda.elementwise import compute_t, contiguous, nbt
+from funcgrad.cuda.elementwise import compute_t, contiguous, load, storer
 from funcgrad.cuda.reduce import _collapse
 
 GPU_TILES = {"big": (128, 128, 8, 8, 8), "small": (64, 64, 8, 4, 4)}
@@ -29,11 +30,11 @@ SIM_TILES = (8, 8, 4, 2, 2)
 
 
 def _acc_t(dtype) -> str:
-    return compute_t(dtype) if dtype.kind == "f" else "int64"
+    return compute_t(dtype) if dtype_kind(dtype) == "f" else "int64"
 
 
 def _source(dtype, out_dtype, a_mode, b_mode, BM, BN, BK, TM, TN):
-    ct, ld, out = _acc_t(dtype), compute_t(dtype), nbt(out_dtype)
+    ct, out = _acc_t(dtype), storer(out_dtype)
     RM, RN = BM // TM, BN // TN
     NT = RM * RN
     LA, LB = BM * BK // NT, BK * BN // NT
@@ -71,12 +72,12 @@ def _source(dtype, out_dtype, a_mode, b_mode, BM, BN, BK, TM, TN):
         out_ = []
         for q in range(LA):
             out_ += [f"{ind}kk = k_lo + {k0} + ak{q}",
-                     f"{ind}ra{q} = {ct}({ld}(A[aoff{q} + kk * sak])) if (aok{q} and kk < k_hi) "
-                     f"else {ct}(0)"]
+                     (f"{ind}ra{q} = {ct}({load(dtype, f'A[aoff{q} + kk * sak]')}) "
+                      f"if (aok{q} and kk < k_hi) else {ct}(0)")]
         for q in range(LB):
             out_ += [f"{ind}kk = k_lo + {k0} + bk{q}",
-                     f"{ind}rb{q} = {ct}({ld}(B[boff{q} + kk * sbk])) if (bok{q} and kk < k_hi) "
-                     f"else {ct}(0)"]
+                     (f"{ind}rb{q} = {ct}({load(dtype, f'B[boff{q} + kk * sbk]')}) "
+                      f"if (bok{q} and kk < k_hi) else {ct}(0)")]
         return out_
 
     def stores(ind, buf):
@@ -157,8 +158,7 @@ def dot_general(x: DeviceBuffer, y: DeviceBuffer, dimension_numbers, out_aval,
     KS = -(-KS // BK) * BK if S > 1 else KS
     S = -(-K // KS) if S > 1 else 1
     # with S > 1 each split writes a partial product; a second kernel sums them in order
-    dst = out if S == 1 else pool().empty((Bn, S, M, N), _acc_t(x.dtype) if x.dtype.kind == "f"
-                                          else "int64")
+    dst = out if S == 1 else pool().empty((Bn, S, M, N), _acc_t(x.dtype))
     key = ("gemm", x.dtype.name, dst.dtype.name, a_mode, b_mode, tiles)
     k = runtime.kernel(key, lambda: _source(x.dtype, dst.dtype, a_mode, b_mode, *tiles))
     grid = (-(-N // BN), -(-M // BM), Bn * S)
@@ -253,7 +253,7 @@ def kernel(n, MN, S, P, po, o, oo):
         acc = P[base]
         for s in range(1, S):
             acc += P[base + s * MN]
-        o[oo + i] = {nbt(out)}(acc)
+        o[oo + i] = {storer(out)}(acc)
         i += step
 """
 

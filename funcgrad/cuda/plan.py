@@ -25,6 +25,7 @@ import numpy as np
 from funcgrad.core import Array, Lit, Var, source_info
 from funcgrad.cuda import (
     arrays,
+    cast_gemm,
     concurrent,
     epilogue,
     fusion,
@@ -76,8 +77,8 @@ class Plan:
         self.backend, self.expr, self.donate = backend, expr, tuple(donate)
         self.consts = [c.buf if isinstance(c, Array) and c.device == "cuda"
                        else backend.from_numpy(np.asarray(c)) for c in consts]
-        self.steps = rows_inplace.fuse(
-            rows_fuse.fuse(epilogue.fuse(fusion.plan_steps(expr), expr), expr), expr)
+        self.steps = rows_inplace.fuse(cast_gemm.fuse(
+            rows_fuse.fuse(epilogue.fuse(fusion.plan_steps(expr), expr), expr), expr), expr)
         self.kernels: dict = {}  # (fused source, layouts) -> compiled kernel
         last = {}   # last use of every variable, to release buffers early
         for i, (kind, s) in enumerate(self.steps):

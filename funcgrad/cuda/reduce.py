@@ -19,10 +19,11 @@ import math
 
 import numpy as np
 
+from funcgrad.core.dtypes import dtype_kind
 from funcgrad.cuda import reduce_kernels as RK
 from funcgrad.cuda import runtime
 from funcgrad.cuda.arrays import DeviceBuffer, pool
-from funcgrad.cuda.elementwise import compute_t, contiguous, nbt, run
+from funcgrad.cuda.elementwise import HALF, contiguous, load, nbt, run, store
 from funcgrad.cuda.fusion import aligned
 
 BIG_INDEX = 2 ** 62
@@ -30,8 +31,8 @@ BIG_INDEX = 2 ** 62
 
 def acc_dtype(kind: str, dtype) -> np.dtype:
     d = np.dtype(dtype)
-    if d.kind == "f":
-        return np.dtype(np.float32) if d == np.float16 else d
+    if dtype_kind(d) == "f":   # 16-bit floats accumulate in float32 (as XLA does)
+        return np.dtype(np.float32) if d.name in HALF else d
     return np.dtype(np.int64)
 
 
@@ -67,8 +68,8 @@ def _combine(kind, acc) -> str:
 
 def _row_source(kind, in_dtype, acc, out_dtype, threads, shfl):
     arg = kind.startswith("arg")
-    ct, ident, out = nbt(acc), _ident(kind, acc), nbt(out_dtype)
-    load = f"{ct}({compute_t(in_dtype)}(x[base + r * sr]))"
+    ct, ident = nbt(acc), _ident(kind, acc)
+    ld = f"{ct}({load(in_dtype, 'x[base + r * sr]')})"
     L = [_combine(kind, acc), f"\n@cuda.jit({runtime.jit_opts()})",
          "def kernel(KG, G, R, CH, x, xo, sk, sr, o, oo):",
          f"    sv = cuda.shared.array({threads}, {ct})"]
@@ -78,7 +79,7 @@ def _row_source(kind, in_dtype, acc, out_dtype, threads, shfl):
           "        k = row // G", "        g = row - k * G", "        r0 = g * CH",
           "        r1 = min(R, r0 + CH)", "        base = xo + k * sk",
           f"        acc = {ident}", f"        ai = {BIG_INDEX}" if arg else "",
-          "        r = r0 + t", "        while r < r1:", f"            v = {load}"]
+          "        r = r0 + t", "        while r < r1:", f"            v = {ld}"]
     if arg:
         L += ["            if better(v, r, acc, ai):", "                acc = v",
               "                ai = r"]
@@ -112,7 +113,7 @@ def _row_source(kind, in_dtype, acc, out_dtype, threads, shfl):
                     L.append("            si[t // 32] = ai")
                 L.append("        cuda.syncthreads()")
         L += ["            if t == 0:",
-              f"                o[oo + row] = {out}({'ai' if arg else 'acc'})"]
+              f"                o[oo + row] = {store(out_dtype, 'ai' if arg else 'acc')}"]
     else:      # shared-memory tree (the simulator has no warp shuffles)
         L += ["        sv[t] = acc"] + (["        si[t] = ai"] if arg else [])
         L += ["        cuda.syncthreads()", f"        s = {threads // 2}", "        while s > 0:",
@@ -123,27 +124,28 @@ def _row_source(kind, in_dtype, acc, out_dtype, threads, shfl):
         else:
             L.append("                sv[t] = comb(a, b)")
         L += ["            cuda.syncthreads()", "            s //= 2", "        if t == 0:",
-              f"            o[oo + row] = {out}({'si[0]' if arg else 'sv[0]'})"]
+              f"            o[oo + row] = {store(out_dtype, 'si[0]' if arg else 'sv[0]')}"]
     L += ["        cuda.syncthreads()", "        row += cuda.gridDim.x"]
     return "\n".join(x for x in L if x) + "\n"
 
 
 def _col_source(kind, in_dtype, acc, out_dtype):
     arg = kind.startswith("arg")
-    ct, ident, out = nbt(acc), _ident(kind, acc), nbt(out_dtype)
+    ct, ident = nbt(acc), _ident(kind, acc)
     L = [_combine(kind, acc), f"\n@cuda.jit({runtime.jit_opts()})",
          "def kernel(KG, K, G, R, CH, x, xo, sk, sr, o, oo):",
          "    j = cuda.grid(1)", "    step = cuda.gridsize(1)", "    while j < KG:",
          "        k = j % K", "        g = j // K", "        r0 = g * CH",
          "        r1 = min(R, r0 + CH)", "        base = xo + k * sk", f"        acc = {ident}",
          f"        ai = {BIG_INDEX}" if arg else "", "        for r in range(r0, r1):",
-         f"            v = {ct}({compute_t(in_dtype)}(x[base + r * sr]))"]
+         f"            v = {ct}({load(in_dtype, 'x[base + r * sr]')})"]
     if arg:
         L += ["            if better(v, r, acc, ai):", "                acc = v",
               "                ai = r"]
     else:
         L.append("            acc = comb(acc, v)")
-    L += [f"        o[oo + k * G + g] = {out}({'ai' if arg else 'acc'})", "        j += step"]
+    L += [f"        o[oo + k * G + g] = {store(out_dtype, 'ai' if arg else 'acc')}",
+          "        j += step"]
     return "\n".join(x for x in L if x) + "\n"
 
 

@@ -16,7 +16,8 @@ the shape only, so the order never varies).
 from __future__ import annotations
 
 from funcgrad.cuda import runtime
-from funcgrad.cuda.elementwise import compute_t, nbt
+from funcgrad.cuda.elementwise import load as ld_expr
+from funcgrad.cuda.elementwise import nbt, storer
 
 
 def ident(kind, acc) -> str:
@@ -97,24 +98,24 @@ def rows_source(kind, in_dtype, acc, out_dtype, T, L, shfl) -> str:
     ct, idn = nbt(acc), ident(kind, acc)
 
     def load(r):
-        return f"{ct}({compute_t(in_dtype)}(x[base + ({r}) * sr]))"
+        return f"{ct}({ld_expr(in_dtype, f'x[base + ({r}) * sr]')})"
 
     L_ = _rows_open(kind, acc, T, L)
     L_ += [f"        a{e} = {idn}" for e in range(4)]
     L_ += ["        if item < NI:"] + _ROWS_ITEM + ["            r += lane"]
     L_ += _accumulate(load, L, "            ")
     L_ += ["        acc = comb(comb(a0, a1), comb(a2, a3))"]
-    L_ += _rows_close(T, L, shfl, nbt(out_dtype))
+    L_ += _rows_close(T, L, shfl, storer(out_dtype))
     return "\n".join(x for x in L_ if x) + "\n"
 
 
 def cols_source(kind, in_dtype, acc, out_dtype, BX, BY) -> str:
     """kernel(NT, NBT, G, B, R, CH, x, xo, sa, sb, sr, o, oo): tile = (a * G + g) * NBT + bt,
     output (a * G + g) * B + b."""
-    ct, idn, out = nbt(acc), ident(kind, acc), nbt(out_dtype)
+    ct, idn, out = nbt(acc), ident(kind, acc), storer(out_dtype)
 
     def load(r):
-        return f"{ct}({compute_t(in_dtype)}(x[base + ({r}) * sr]))"
+        return f"{ct}({ld_expr(in_dtype, f'x[base + ({r}) * sr]')})"
 
     L_ = [_comb(kind, acc), f"\n@cuda.jit({runtime.jit_opts()})",
           "def kernel(NT, NBT, G, B, R, CH, x, xo, sa, sb, sr, o, oo):",
@@ -142,8 +143,8 @@ def _vec_load(in_dtype, ct, V, vec, at, ind):
     """Lines setting v_0 .. v_{V-1} to x[at .. at + V - 1] (one V-wide load on a GPU)."""
     if vec:
         return [f"{ind}v_ = ldv{V}(x, {at})"] + [
-            f"{ind}v_{e} = {ct}({compute_t(in_dtype)}(v_[{e}]))" for e in range(V)]
-    return [f"{ind}v_{e} = {ct}({compute_t(in_dtype)}(x[{at} + {e}]))" for e in range(V)]
+            f"{ind}v_{e} = {ct}({ld_expr(in_dtype, f'v_[{e}]')})" for e in range(V)]
+    return [f"{ind}v_{e} = {ct}({ld_expr(in_dtype, f'x[{at} + {e}]')})" for e in range(V)]
 
 
 def rows_vec_source(kind, in_dtype, acc, out_dtype, T, L, V, U, shfl, flat) -> str:
@@ -170,7 +171,7 @@ def rows_vec_source(kind, in_dtype, acc, out_dtype, T, L, V, U, shfl, flat) -> s
     tree = [f"a{e}" for e in range(V)]
     while len(tree) > 1:   # (a0 . a1) . (a2 . a3): a fixed order
         tree = [f"comb({tree[i]}, {tree[i + 1]})" for i in range(0, len(tree), 2)]
-    L_ += [f"        acc = {tree[0]}"] + _rows_close(T, L, shfl, nbt(out_dtype))
+    L_ += [f"        acc = {tree[0]}"] + _rows_close(T, L, shfl, storer(out_dtype))
     return "\n".join(x for x in L_ if x) + "\n"
 
 
@@ -181,7 +182,7 @@ def cols_vec_source(kind, in_dtype, acc, out_dtype, CX, RY, V, U, shfl) -> str:
     U rows in flight. On a GPU (RY a multiple of 32 // CX) the row lanes of a warp combine by
     shuffles, then the warps' partials in shared memory in warp order; in the simulator thread
     ry's partials in ry order."""
-    ct, idn, out = nbt(acc), ident(kind, acc), nbt(out_dtype)
+    ct, idn, out = nbt(acc), ident(kind, acc), storer(out_dtype)
     W, T, vec = CX * V, CX * RY, not runtime.SIM
     P = T // 32 if shfl else RY          # partial rows a column combines at the end
     L_ = [f"from funcgrad.cuda.vecmem import ldv{V}\n" if vec else "", _comb(kind, acc),

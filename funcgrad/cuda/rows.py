@@ -13,7 +13,8 @@ take 165-180 lines and ~1.1 s to lower (benchmarks/out/rows_lower.py, local NVVM
 Where every row-shaped and per-column operand is aligned for it (offsets and n multiples of V,
 checked at launch; the width is part of the kernel key) a lane owns runs of V contiguous
 elements: lane l holds elements V*l .. V*l + V - 1, then the same + V*L, ... and reads and writes
-each run by one 16-byte access (vecmem; V = 4 for float32 / float16, 2 for float64). Other
+each run by one 16-byte access (vecmem; V = 4 for float32 / 16-bit floats, 2 for float64; bfloat16
+runs load their bits and convert them in registers: funcgrad/cuda/half.py). Other
 operands take the scalar path (lane l holds l, l + L, ...); the simulator runs the vector layout
 with scalar accesses. Per-column operands (scale, bias) are read once per warp, before its rows.
 
@@ -46,7 +47,8 @@ import numpy as np
 
 from funcgrad.cuda import runtime
 from funcgrad.cuda.arrays import DeviceBuffer, pool
-from funcgrad.cuda.elementwise import compute_t, contiguous, fill, nbt
+from funcgrad.cuda.elementwise import compute_t, contiguous, fill, nbt, storer
+from funcgrad.cuda.elementwise import load as ld_expr
 
 ARGS = {"layer_norm": ["x", "sc", "bi"], "rms_norm": ["x", "sc"], "softmax": ["x"],
         "log_softmax": ["x"], "softmax_bwd": ["y", "c"], "log_softmax_bwd": ["y", "c"],
@@ -126,7 +128,8 @@ def source(kind, dtype, C, eps=None, W=4, V=1, prefetch=False, acc=False) -> str
     warps a block, C slots a lane in runs of V, `acc`: the stored rows are dx + r."""
     L = geometry()[1]
     T, sim = W * L, runtime.SIM
-    ct, out = compute_t(dtype), nbt(dtype)
+    ct, out = compute_t(dtype), storer(dtype)
+    bf16 = np.dtype(dtype).name == "bfloat16"
     k = PARTIALS.get(kind, 0)
     G, VL = C // V, V * L
     vec = V > 1 and not sim
@@ -168,9 +171,10 @@ def source(kind, dtype, C, eps=None, W=4, V=1, prefetch=False, acc=False) -> str
         for pre, arr, _ in ops:
             if vec:
                 body.append(f"v_ = ldv{V}({arr}, {arr}{at})")
-                body += [f"{pre}[m + {e}] = {ct}(v_[{e}])" for e in range(V)]
+                body += [f"{pre}[m + {e}] = {ld_expr(dtype, f'v_[{e}]')}" for e in range(V)]
             else:
-                body += [f"{pre}[m + {e}] = {ct}({arr}[{arr}{at} + {e}])" for e in range(V)]
+                body += [f"{pre}[m + {e}] = {ld_expr(dtype, f'{arr}[{arr}{at} + {e}]')}"
+                         for e in range(V)]
         lines = runs(body, ind, f"{act} and j < N" if act else "j < N")
         lines.append(f"{ind}    else:")
         lines += [f"{ind}        {pre}[m + {e}] = {fv}" for pre, _, fv in ops for e in range(V)]
@@ -202,7 +206,7 @@ def source(kind, dtype, C, eps=None, W=4, V=1, prefetch=False, acc=False) -> str
     def load_row(pfx, act, row, base, ind):
         lines = load([(pfx + p, a, fv) for p, a, fv in rowin], act, base, ind)
         if kind == "softmax_xent_bwd":
-            lines += [f"{ind}{pfx}cv = {ct}(cr[cro + {row}]) if {act} else {ct}(0)",
+            lines += [f"{ind}{pfx}cv = {ld_expr(dtype, f'cr[cro + {row}]')} if {act} else {ct}(0)",
                       f"{ind}{pfx}lb = int64(lab[labo + {row}]) if {act} else int64(-1)"]
         return lines
 
@@ -232,8 +236,10 @@ def source(kind, dtype, C, eps=None, W=4, V=1, prefetch=False, acc=False) -> str
     def finish(val, first=()):
         """Store val(slot) as the output row (plus the accumulated row r), after the lines
         `first` (an inactive row's sums may be 0: the simulator would raise)."""
-        if acc:
-            fn = (lambda m, e: f"{out}({ct}({out}({val(m)})) + ra[{m}])")
+        if acc:   # dx rounded to its dtype, then dx + r in the compute type
+            def rnd(v):
+                return f"bf16_rnd({v})" if bf16 else f"{ct}({nbt(dtype)}({v}))"
+            fn = (lambda m, e: f"{out}({rnd(val(m))} + ra[{m}])")
         else:
             fn = (lambda m, e: f"{out}({val(m, e)})" if kind == "softmax_xent_bwd"
                   else f"{out}({val(m)})")
@@ -343,7 +349,8 @@ def run(kind, ins: list, out_shape, dtype, eps=None, acc=None, into=None) -> Dev
         return fill(out, 0)
     L = geometry()[1]
     C1 = -(-N // L)
-    acc_t = np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
+    acc_t = (np.dtype(np.float32) if np.dtype(dtype).name in ("float16", "bfloat16")
+             else np.dtype(dtype))
     ins = [contiguous(b) for b in ins]   # held until the kernel is queued
     extra = [contiguous(acc)] if acc is not None else []
     V = vector_width(dtype, N, [b for a, b in zip(ARGS[kind], ins) if a not in PER_ROW]

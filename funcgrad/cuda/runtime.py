@@ -206,7 +206,9 @@ def cache_dir() -> str:
 def module_from_source(src: str):
     """Import generated kernel source from its content-addressed file (written once)."""
     load()
-    return kernel_files.import_source(HEADER + src, "kernels", "fgk", "funcgrad_kernels")
+    from funcgrad.cuda.half import import_line  # bfloat16's conversions, where used
+    return kernel_files.import_source(HEADER + import_line(src) + src, "kernels", "fgk",
+                                      "funcgrad_kernels")
 
 
 def kernel(key: tuple, make_source, name: str = "kernel"):

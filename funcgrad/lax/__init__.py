@@ -52,7 +52,10 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
     precision: None, "default", "high", "highest", "bfloat16", "tensorfloat32", "float32", a
     lax.Precision member or a pair of them; it sets float32 products' speed/accuracy on CUDA
     (None follows funcgrad.config's "default_matmul_precision": full float32 unless changed)
-    and is ignored on the CPU. preferred_element_type converts the result.
+    and is ignored on the CPU. preferred_element_type is the accumulation and result dtype:
+    a wider one than the operands' (float32 for bfloat16/float16, int32 for int8) makes the
+    product accumulate in it, as XLA does (the operands are converted first: their products are
+    exact in it); a narrower one converts the result.
 
     Example:
         >>> import funcgrad.numpy as fnp
@@ -61,6 +64,8 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
         >>> lax.dot_general(x, x, (((1,), (1,)), ((), ())), precision="highest").tolist()
         [[3.0, 3.0], [3.0, 3.0]]
     """
+    from funcgrad.numpy._linalg import widen_operands
+    lhs, rhs = widen_operands(lhs, rhs, preferred_element_type)
     out = P.dot_general(lhs, rhs, dimension_numbers, precision)
     if preferred_element_type is not None and np.dtype(preferred_element_type) != out.dtype:
         out = P.convert(out, np.dtype(preferred_element_type))

@@ -4,11 +4,12 @@ from __future__ import annotations
 import numpy as np
 
 from funcgrad import numpy as fnp
+from funcgrad.core.dtypes import bfloat16, compute_dtype, dtype_kind, finfo
 from funcgrad.transforms.custom import custom_jvp
 
 _INT = {8: np.int8, 16: np.int16, 32: np.int32, 64: np.int64}
 _UINT = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
-_FLOAT = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+_FLOAT = (np.dtype(np.float16), bfloat16, np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _exponent(ax, work):
@@ -20,10 +21,10 @@ def _exponent(ax, work):
 
 def _format(dt):
     """(bit width, mantissa bits, exponent bias, working float type, signed integer type)
-    of float dtype dt (float16 is worked in float32 and int32)."""
-    fi = np.finfo(dt)
+    of float dtype dt (float16 and bfloat16 are worked in float32 and int32)."""
+    fi = finfo(dt)
     width = dt.itemsize * 8
-    work = np.float32 if dt == np.float16 else dt.type
+    work = compute_dtype(dt).type
     return (width, int(fi.nmant), int(fi.maxexp) - 1, work,
             np.dtype(_INT[64] if width == 64 else _INT[32]))
 
@@ -68,13 +69,13 @@ def _bits_to_float(i, dt):
 
 def _to_signed(x):
     """x's bits as a signed integer of its width."""
-    if x.dtype.kind == "f":
+    if dtype_kind(x.dtype) == "f":
         return _float_to_bits(x)
-    return x if x.dtype.kind == "i" else fnp.asarray(x, _INT[x.dtype.itemsize * 8])
+    return x if dtype_kind(x.dtype) == "i" else fnp.asarray(x, _INT[x.dtype.itemsize * 8])
 
 
 def _from_signed(i, dt):
-    if dt.kind == "f":
+    if dtype_kind(dt) == "f":
         return _bits_to_float(i, dt)
     return fnp.asarray(i, dt)
 
@@ -100,9 +101,9 @@ def bitcast_convert_type(operand, new_dtype):
     x = fnp.asarray(operand)
     src, dst = x.dtype, np.dtype(new_dtype)
     for d in (src, dst):
-        if d.kind not in "iuf" or (d.kind == "f" and d not in _FLOAT):
+        if dtype_kind(d) not in "iuf" or (dtype_kind(d) == "f" and d not in _FLOAT):
             raise TypeError(f"bitcast_convert_type: dtype {d.name} is not supported (int/uint "
-                            f"8-64 and float16/32/64 are)")
+                            f"8-64, float16/32/64 and bfloat16 are)")
     if src == dst:
         return x
     ws, wd = src.itemsize * 8, dst.itemsize * 8
@@ -135,7 +136,7 @@ def clz(x):
         [32, 31, 24, 0]
     """
     x = fnp.asarray(x)
-    if x.dtype.kind not in "iu":
+    if dtype_kind(x.dtype) not in "iu":
         raise TypeError(f"clz: an integer operand is required, got {x.dtype.name}")
     width = x.dtype.itemsize * 8
     ut = _UINT[width]
@@ -153,8 +154,8 @@ def clz(x):
 
 def _reduce_precision(x, exponent_bits, mantissa_bits):
     dt = x.dtype
-    fi = np.finfo(dt)
-    work = np.float32 if dt == np.float16 else dt.type
+    fi = finfo(dt)
+    work = compute_dtype(dt).type
     xw = fnp.asarray(x, work)
     ax = fnp.abs(xw)
     out = xw
@@ -188,7 +189,7 @@ def reduce_precision(operand, exponent_bits, mantissa_bits):
     """
     x = fnp.asarray(operand)
     if x.dtype not in _FLOAT:
-        raise TypeError(f"reduce_precision: a float16/32/64 operand is required, got "
+        raise TypeError(f"reduce_precision: a float16/32/64 or bfloat16 operand is required, got "
                         f"{x.dtype.name}")
     eb, mb = int(exponent_bits), int(mantissa_bits)
     if eb < 1 or mb < 0:

@@ -17,6 +17,7 @@ import numpy as np
 from funcgrad.transforms import loops as loops_rules  # noqa: F401  (registers jvp, reverse mode and batching)
 from funcgrad.transforms.ad import _as_value
 from funcgrad.core import ArrayBase, ShapedArray, Tracer, aval_of, user_frame_src
+from funcgrad.core.dtypes import dtype_kind
 from funcgrad.prims.loops import (
     bind_group,
     cond_p,
@@ -59,7 +60,7 @@ class _Carry:
         leaf takes another dtype. Raises naming the user's line when the types differ."""
         res, tree, avals = trace(self.avals)
         if tree == self.tree and len(avals) == len(self.avals) and avals != self.avals and all(
-                e == g or (w is not None and g.shape == () and g.dtype.kind in w)
+                e == g or (w is not None and g.shape == () and dtype_kind(g.dtype) in w)
                 for e, g, w in zip(self.avals, avals, self.weak)):
             self.avals = list(avals)
             res, tree, avals = trace(self.avals)
@@ -76,7 +77,7 @@ class _Carry:
 
 
 def _static_int(x, name: str, arg: str) -> int:
-    if np.ndim(x) != 0 or np.asarray(x).dtype.kind not in "iu" and not isinstance(x, int):
+    if np.ndim(x) != 0 or dtype_kind(np.asarray(x).dtype) not in "iu" and not isinstance(x, int):
         raise TypeError(f"{name}: {arg} must be an integer scalar, got {x!r}\n"
                         f"  at {user_frame_src()}")
     return int(x)
@@ -84,7 +85,7 @@ def _static_int(x, name: str, arg: str) -> int:
 
 def _int_scalar(x, name: str, arg: str):
     a = _aval(x)
-    if a.shape != () or a.dtype.kind not in "iu":
+    if a.shape != () or dtype_kind(a.dtype) not in "iu":
         raise TypeError(f"{name}: {arg} must be an integer scalar, got {a.str_short()}\n"
                         f"  at {user_frame_src()}")
     return x
@@ -329,7 +330,7 @@ def cond(pred, true_fun: Callable, false_fun: Callable, *operands) -> Any:
     """
     from funcgrad import numpy as fnp
     p_aval = aval_of(pred) if isinstance(pred, ArrayBase) else _aval(pred)
-    if p_aval.shape != () or p_aval.dtype.kind not in "biuf":
+    if p_aval.shape != () or dtype_kind(p_aval.dtype) not in "biuf":
         raise TypeError(f"cond: pred must be a boolean or number scalar, got "
                         f"{p_aval.str_short()}\n  at {user_frame_src()}")
     if not isinstance(pred, Tracer):
@@ -382,7 +383,7 @@ def _while(name, what, cond_fun, body_fun, init_val, pre=()):
     def trace(c_avals):
         def c_fn(*a):
             p = _as_value(cond_fun(list(a[:npre]), tree_unflatten(carry.tree, list(a[npre:]))))
-            if p.aval.shape != () or p.dtype.kind not in "biuf":
+            if p.aval.shape != () or dtype_kind(p.dtype) not in "biuf":
                 raise TypeError(f"{name}: cond_fun must return a boolean scalar, got "
                                 f"{p.aval.str_short()}\n  at {user_frame_src()}")
             return [p if p.dtype == np.bool_ else p != 0]

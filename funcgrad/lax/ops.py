@@ -15,6 +15,7 @@ import numpy as np
 
 from funcgrad import numpy as fnp
 from funcgrad import prims as P
+from funcgrad.core.dtypes import dtype_kind
 from funcgrad.lax.special import digamma, erf_inv, erfc, lgamma  # noqa: F401
 from funcgrad.core import ArrayBase, bind, user_frame_src
 from funcgrad.numpy._cumulative import associative_scan_axis
@@ -269,10 +270,10 @@ def _start_list(name, x, start_indices, allow_negative_indices):
                        else np.int64(s + n if w and s < 0 else s))
             continue
         s = fnp.asarray(s)
-        if s.ndim != 0 or s.dtype.kind not in "iu":
+        if s.ndim != 0 or dtype_kind(s.dtype) not in "iu":
             raise TypeError(f"{name}: start indices must be integer scalars, got "
                             f"{s.aval.str_short()}\n  at {user_frame_src()}")
-        if w and s.dtype.kind == "i":
+        if w and dtype_kind(s.dtype) == "i":
             s = fnp.where(s < 0, s + np.asarray(n, s.dtype), s)
         out.append(s)
     return out
@@ -491,6 +492,8 @@ def zeros_like_array(x):
 
 
 def dot(lhs, rhs, precision=None, preferred_element_type=None):
+    from funcgrad.numpy._linalg import widen_operands
+    lhs, rhs = widen_operands(lhs, rhs, preferred_element_type)
     out = fnp.dot(lhs, rhs, precision=precision)
     return out if preferred_element_type is None else fnp.asarray(out, preferred_element_type)
 

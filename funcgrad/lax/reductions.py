@@ -10,6 +10,7 @@ import numpy as np
 
 from funcgrad import numpy as fnp
 from funcgrad.core import Tracer
+from funcgrad.core.dtypes import dtype_kind
 from funcgrad.lax.slicing import GatherDimensionNumbers, gather
 from funcgrad.tree_util import tree_flatten, tree_unflatten
 
@@ -20,9 +21,9 @@ def _monoids():
         def f(dt):
             dt = np.dtype(dt)
             if kind in ("max", "min"):
-                if dt.kind == "f":
+                if dtype_kind(dt) == "f":
                     return -np.inf if kind == "max" else np.inf
-                if dt.kind == "b":
+                if dtype_kind(dt) == "b":
                     return kind == "min"
                 info = np.iinfo(dt)
                 return info.min if kind == "max" else info.max
@@ -137,7 +138,7 @@ def reduce_xor(operand, axes):
         [7, 0]
     """
     x = fnp.asarray(operand)
-    if x.dtype.kind not in "biu":
+    if dtype_kind(x.dtype) not in "biu":
         raise TypeError(f"reduce_xor: an integer or bool operand is required, got "
                         f"{x.dtype.name}")
     axes = tuple(int(a) for a in axes)

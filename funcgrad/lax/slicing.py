@@ -20,6 +20,7 @@ from typing import NamedTuple
 import numpy as np
 
 from funcgrad import numpy as fnp
+from funcgrad.core.dtypes import dtype_kind
 
 
 class GatherScatterMode(enum.Enum):
@@ -107,7 +108,7 @@ def _with_batching(name, shape, idx, index_map, collapsed, op_b, idx_b):
             raise ValueError(f"lax.{name}: operand batching dim {d} of {shape} has size "
                              f"{shape[d]} but the indices' batching dim {b} of "
                              f"{tuple(idx.shape)} has size {idx.shape[b]}")
-    dt = idx.dtype if idx.dtype.kind in "iu" else np.dtype(np.int32)
+    dt = idx.dtype if dtype_kind(idx.dtype) in "iu" else np.dtype(np.int32)
     cols = [fnp.asarray(idx, dt)]
     for b in idx_b:
         iota = np.arange(idx.shape[b], dtype=dt).reshape(
@@ -173,12 +174,12 @@ def gather(operand, start_indices, dimension_numbers, slice_sizes, *, unique_ind
 
 def _default_fill(dtype):
     dtype = np.dtype(dtype)
-    if dtype.kind in "fc":
+    if dtype_kind(dtype) in "fc":
         return np.nan
-    if dtype.kind == "b":
+    if dtype_kind(dtype) == "b":
         return True
     info = np.iinfo(dtype)
-    return info.min if dtype.kind == "i" else info.max
+    return info.min if dtype_kind(dtype) == "i" else info.max
 
 
 def _scatter(name, method, operand, scatter_indices, updates, dimension_numbers, mode):

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from funcgrad import numpy as fnp
+from funcgrad.core.dtypes import dtype_kind
 from funcgrad.transforms.ad import vjp
 from funcgrad.core import aval_of, eval_expr, trace_to_expr
 from funcgrad.transforms.custom import custom_vjp
@@ -21,7 +22,7 @@ from funcgrad.tree_util import tree_flatten, tree_map, tree_unflatten
 
 
 def _inexact(c) -> bool:
-    return np.dtype(aval_of(c).dtype).kind in "fc"
+    return dtype_kind(np.dtype(aval_of(c).dtype)) in "fc"
 
 
 def closure_convert(fun: Callable, *example_args) -> tuple[Callable, list]:
@@ -203,7 +204,7 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
             or gs.shape[0] != rhs.shape[0]:
         raise ValueError(f"ragged_dot: expected lhs [m, k], rhs [g, k, n] and group_sizes [g], "
                          f"got {tuple(lhs.shape)}, {tuple(rhs.shape)} and {tuple(gs.shape)}")
-    if gs.dtype.kind not in "iu":
+    if dtype_kind(gs.dtype) not in "iu":
         raise TypeError(f"ragged_dot: group_sizes must be integers, got {gs.dtype.name}")
     m, g = lhs.shape[0], rhs.shape[0]
     ends = fnp.cumsum(gs)

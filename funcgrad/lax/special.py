@@ -16,6 +16,7 @@ import numpy as np
 from funcgrad import numpy as fnp
 from funcgrad import prims as P
 from funcgrad.core import bind
+from funcgrad.core.dtypes import dtype_kind, is_half
 from funcgrad.transforms.custom import custom_jvp
 
 
@@ -31,7 +32,7 @@ _DG = (1 / 12, -1 / 120, 1 / 252, -1 / 240, 1 / 132, -691 / 32760, 1 / 12)
 
 def _float(x):
     x = fnp.asarray(x)
-    return x if x.dtype.kind == "f" else fnp.asarray(x, np.float32)
+    return x if dtype_kind(x.dtype) == "f" else fnp.asarray(x, np.float32)
 
 
 def _lgamma_pos(x):
@@ -167,7 +168,7 @@ _ERFINV_TAIL = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844,
 @custom_jvp
 def _erf_inv(x):
     dt = x.dtype
-    xw = fnp.asarray(x, np.float32) if dt == np.float16 else x
+    xw = fnp.asarray(x, np.float32) if is_half(dt) else x
     w = -fnp.log((1.0 - xw) * (1.0 + xw))
     central = _horner(_ERFINV_CENTRAL, w - 2.5)
     tail = _horner(_ERFINV_TAIL, fnp.sqrt(fnp.where(w < 5.0, 5.0, w)) - 3.0)

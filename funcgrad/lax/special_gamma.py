@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from funcgrad import numpy as fnp
+from funcgrad.core.dtypes import compute_dtype, dtype_kind, finfo
 from funcgrad.lax.special import digamma, lgamma
 from funcgrad.lax.control_flow import while_loop
 from funcgrad.transforms.custom import custom_jvp
@@ -20,15 +21,15 @@ def _floats(*xs):
     """Broadcast to one float dtype (ints -> float32); (work arrays, result dtype)."""
     arrs = [fnp.asarray(x) for x in xs]
     dt = np.result_type(*[a.dtype for a in arrs])
-    if dt.kind != "f":
+    if dtype_kind(dt) != "f":
         dt = np.dtype(np.float32)
-    work = np.float32 if dt == np.float16 else dt
+    work = compute_dtype(dt)
     shape = np.broadcast_shapes(*[tuple(a.shape) for a in arrs])
     return [fnp.broadcast_to(fnp.asarray(a, work), shape) for a in arrs], dt
 
 
 def _eps(x):
-    return float(np.finfo(x.dtype).eps)
+    return float(finfo(x.dtype).eps)
 
 
 def _series(ax, x, a, enabled, mode):
@@ -110,7 +111,7 @@ def _cont_frac(ax, x, a, enabled, mode):
 def _prefactor(a, x):
     """(x^a e^-x / Gamma(a), underflow mask)."""
     lax_ = a * fnp.log(x) - x - lgamma(a)
-    under = lax_ < -float(np.log(np.finfo(x.dtype).max))
+    under = lax_ < -float(np.log(finfo(x.dtype).max))
     return fnp.exp(lax_), under
 
 
@@ -238,7 +239,7 @@ def random_gamma_grad(a, x):
 
 def _betainc(a, b, x):
     eps = _eps(x)
-    tiny = float(np.finfo(x.dtype).tiny)
+    tiny = float(finfo(x.dtype).tiny)
     a_zero = (a == 0) | (b == np.inf)
     b_zero = (b == 0) | (a == np.inf)
     x_zero, x_one = x == 0, x == 1

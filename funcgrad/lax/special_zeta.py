@@ -14,6 +14,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from funcgrad.core.dtypes import finfo
 from funcgrad import numpy as fnp
 from funcgrad.lax.special import digamma, lgamma
 from funcgrad.lax.special_gamma import _floats
@@ -28,7 +29,7 @@ _A = [float(math.factorial(2 * k + 2) / b) for k, b in enumerate(_B)]
 
 
 def _zeta(x, q):
-    eps = float(np.finfo(x.dtype).eps)
+    eps = float(finfo(x.dtype).eps)
     q_int = fnp.floor(q) == q
     x_int = fnp.floor(x) == x
     pole = (x == 1) | ((q <= 0) & q_int)
@@ -209,7 +210,7 @@ def _i1e_jvp(primals, tangents):
     # (e^-|x| I1(x))' = i0e(x) - i1e(x) (sign(x) + 1/x); 1/2 at 0
     (x,), (t,) = primals, tangents
     y = _i1e_cj(x)
-    eps = float(np.finfo(x.dtype).eps)
+    eps = float(finfo(x.dtype).eps)
     tiny = fnp.abs(x) <= eps
     xs = fnp.where(tiny, eps, x)
     d = _i0e_cj(xs) - y * (fnp.sign(xs) + 1.0 / xs)

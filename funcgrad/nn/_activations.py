@@ -11,12 +11,13 @@ import math
 import numpy as np
 
 from funcgrad import numpy as fnp
+from funcgrad.core.dtypes import dtype_kind
 from funcgrad.nn._functions import logsumexp, sigmoid, softplus
 
 
 def _f(x):
     x = fnp.asarray(x)
-    return x if x.dtype.kind == "f" else fnp.asarray(x, np.float32)
+    return x if dtype_kind(x.dtype) == "f" else fnp.asarray(x, np.float32)
 
 
 def identity(x):

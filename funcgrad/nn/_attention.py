@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 
+from funcgrad.core.dtypes import finfo
 from funcgrad.prims import rows as F
 from funcgrad import numpy as fnp
 from funcgrad import prims as P
@@ -15,7 +16,7 @@ from funcgrad.nn._functions import _float_dtype
 
 def _large_negative(dtype):
     """The masked-out logit, finite so that a fully masked row stays finite (like JAX)."""
-    return -0.7 * float(np.finfo(dtype).max)
+    return -0.7 * float(finfo(dtype).max)
 
 
 def _grouped(a, shape5):

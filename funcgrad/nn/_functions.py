@@ -20,7 +20,7 @@ from funcgrad.numpy._base import norm_axes
 def _float_dtype(*xs):
     """The promoted dtype of the non-None operands, float32 unless it is already floating."""
     dt = fnp.result_type(*[x for x in xs if x is not None])
-    return dt if np.issubdtype(dt, np.floating) else np.dtype(np.float32)
+    return dt if fnp.issubdtype(dt, np.floating) else np.dtype(np.float32)
 
 
 def _to_rows(x, axis, op):

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from funcgrad import numpy as fnp
+from funcgrad.core.dtypes import dtype_kind
 from funcgrad.lax.bits import _exponent
 from funcgrad.transforms.custom import custom_vjp
 from funcgrad.lax import dot_general
@@ -56,7 +57,7 @@ def get_scaled_dot_general_config(mode, global_scale=None) -> BlockScaleConfig:
 
 def _check_float(name, *xs):
     for x in xs:
-        if x.dtype.kind != "f":
+        if dtype_kind(x.dtype) != "f":
             raise TypeError(f"{name}: funcgrad has no float8/float4 dtypes; operands must be "
                             f"float16, float32 or float64, got {x.dtype.name}")
 

@@ -9,6 +9,7 @@ from funcgrad.numpy._base import (
     arange,
     array,
     asarray,
+    bfloat16,
     bool_,
     broadcast_shapes,
     broadcast_to,
@@ -159,7 +160,8 @@ from funcgrad.numpy._linalg_norms import cross, vecdot  # noqa: E402,F401
 from funcgrad.numpy._derived import cdouble, complex_, csingle, matvec, polyfit, vecmat  # noqa: E402,F401
 bitwise_left_shift, bitwise_right_shift, bitwise_invert, pow = (  # noqa: E402  (array API names)
     left_shift, right_shift, invert, power)
-dtype, iinfo, issubdtype = _np.dtype, _np.iinfo, _np.issubdtype
+dtype, iinfo = _np.dtype, _np.iinfo
+from funcgrad.numpy._dtypes import issubdtype  # noqa: E402,F401  (bfloat16 is floating, as JAX)
 from funcgrad.numpy._array_api import finfo  # noqa: E402,F401  (Python-float limits, as the array API asks)
 floating, integer, inexact, number, signedinteger, unsignedinteger = (
     _np.floating, _np.integer, _np.inexact, _np.number, _np.signedinteger, _np.unsignedinteger)

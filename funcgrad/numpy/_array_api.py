@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from funcgrad.core import _backend_factories, _cuda_usable, default_device
+from funcgrad.core import dtypes as _cdt
 
 __array_api_version__ = "2025.12"
 
@@ -105,9 +106,9 @@ class finfo:  # noqa: N801  (numpy's and the standard's name)
     def __init__(self, type):   # noqa: A002  (the standard's parameter name)
         from funcgrad.numpy._base import canonical_dtype
         dt = canonical_dtype(getattr(type, "dtype", type))
-        if dt.kind not in "fc":
+        if not (_cdt.is_floating(dt) or dt.kind == "c"):
             raise ValueError(f"finfo: {dt.name} is not a floating or complex dtype")
-        info = np.finfo(dt)
+        info = _cdt.finfo(dt)   # ml_dtypes' for bfloat16 and the float8 types
         self.dtype = np.dtype(info.dtype)
         self.bits = int(info.bits)
         self.eps, self.max, self.min = float(info.eps), float(info.max), float(info.min)

@@ -17,6 +17,8 @@ from funcgrad.core import (
     type_error,
     user_frame_src,
 )
+from funcgrad.core import dtypes as _dt
+from funcgrad.core.dtypes import dtype_kind
 
 # ---------------------------------------------------------------------------------------------
 # dtypes
@@ -55,6 +57,7 @@ int32, int64, uint32 = _ScalarType("int32"), _ScalarType("int64"), _ScalarType("
 bool_ = _ScalarType("bool")
 int16, uint16, uint64 = _ScalarType("int16"), _ScalarType("uint16"), _ScalarType("uint64")
 complex64, complex128 = _ScalarType("complex64"), _ScalarType("complex128")
+bfloat16 = _ScalarType("bfloat16")   # ml_dtypes.bfloat16's numpy dtype, as jnp.bfloat16
 
 _PY_DTYPES = {builtins.bool: np.dtype(np.bool_), builtins.int: np.dtype(np.int32),
               builtins.float: np.dtype(np.float32), builtins.complex: np.dtype(np.complex64)}
@@ -79,25 +82,46 @@ def _is_weak(x):
                       ) and not isinstance(x, np.generic)
 
 
-_FLOAT_ORDER = [np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)]
+# JAX's lattice among the floats: float16 and bfloat16 side by side under float32 (their join)
+_FLOAT_RANK = {np.dtype(np.float16): 0, _dt.bfloat16: 0, np.dtype(np.float32): 1,
+               np.dtype(np.float64): 2}
 _COMPLEX_OF = {2: np.dtype(np.complex64), 4: np.dtype(np.complex64),
                8: np.dtype(np.complex128)}   # float itemsize -> the complex type holding it
 
 
 def result_type(*args):
     """JAX-style promotion: bool < int < float; Python scalars are weak and adopt the type of
-    the arrays they meet (int32/float32 on their own)."""
+    the arrays they meet (int32/float32 on their own).
+
+    Among floats: float16, bfloat16 < float32 < float64, with float16 + bfloat16 -> float32;
+    any integer + bfloat16 -> bfloat16, and a Python float keeps bfloat16 (JAX's lattice).
+
+    Example:
+        >>> import funcgrad.numpy as fnp
+        >>> fnp.result_type(fnp.bfloat16, fnp.float16)
+        dtype('float32')
+    """
     strong = [aval_of(a).dtype if not isinstance(a, (np.dtype, _ScalarType, type)) else
               canonical_dtype(a) for a in args if not _is_weak(a)]
     weak = [a for a in args if _is_weak(a)]
-    floats = [d for d in strong if d.kind == "f"]
-    ints = [d for d in strong if d.kind in "iu"]
-    cplx = [d for d in strong if d.kind == "c"]
+    narrow = [d for d in strong if d in _dt.STORAGE_ONLY_DTYPES]
+    if narrow:   # float8: no implicit promotion but with itself and weak scalars (JAX)
+        if builtins.any(d != narrow[0] for d in strong):
+            raise TypeError("input dtypes " + ", ".join(sorted({d.name for d in strong}))
+                            + " have no implicit promotion path: 8-bit floats are promoted "
+                            "only explicitly (x.astype('float32')), as in JAX"
+                            f"\n  at {user_frame_src()}")
+        return narrow[0]
+    floats = [d for d in strong if dtype_kind(d) == "f"]
+    ints = [d for d in strong if dtype_kind(d) in "iu"]
+    cplx = [d for d in strong if dtype_kind(d) == "c"]
     if cplx:   # float32 + complex64 -> complex64; float64 + complex64 -> complex128 (JAX)
         res = builtins.max(cplx + [_COMPLEX_OF[d.itemsize] for d in floats],
                            key=lambda d: d.itemsize)
-    elif floats:
-        res = builtins.max(floats, key=_FLOAT_ORDER.index)
+    elif floats:   # float16 + bfloat16 -> float32 (neither holds the other), as JAX
+        res = builtins.max(floats, key=_FLOAT_RANK.__getitem__)
+        if _FLOAT_RANK[res] == 0 and builtins.any(d != res for d in floats):
+            res = np.dtype(np.float32)
     elif ints:
         res = np.result_type(*ints)
     elif strong:
@@ -105,15 +129,15 @@ def result_type(*args):
     else:
         res = None
     if any(isinstance(w, builtins.complex) for w in weak):
-        if res is None or res.kind in "biu":
+        if res is None or dtype_kind(res) in "biu":
             res = np.dtype(np.complex64)
-        elif res.kind == "f":
+        elif dtype_kind(res) == "f":
             res = _COMPLEX_OF[res.itemsize]
     elif any(isinstance(w, builtins.float) for w in weak):
-        if res is None or res.kind in "biu":
+        if res is None or dtype_kind(res) in "biu":
             res = np.dtype(np.float32)
     elif any(isinstance(w, builtins.int) and not isinstance(w, builtins.bool) for w in weak):
-        if res is None or res.kind == "b":
+        if res is None or dtype_kind(res) == "b":
             res = np.dtype(np.int32)
     elif weak and res is None:
         res = np.dtype(np.bool_)
@@ -127,7 +151,7 @@ def result_type(*args):
 def check_int_fits(x, dtype):
     """OverflowError, as JAX raises it, when the Python int `x` does not fit the integer
     `dtype` it is converted to (numpy's astype would wrap it silently)."""
-    if dtype.kind in "iu":
+    if dtype_kind(dtype) in "iu":
         info = np.iinfo(dtype)
         if not info.min <= x <= info.max:
             raise OverflowError(f"Python int {x} too large to convert to {dtype}"
@@ -153,7 +177,7 @@ def _from_python(x, dtype):
                                     "too large to convert to int32")
             arr = arr.astype(np.int32)  # Python ints default to int32
     else:
-        if (dtype.kind in "iu" and arr.dtype.kind in "iuO" and arr.size
+        if (dtype_kind(dtype) in "iu" and dtype_kind(arr.dtype) in "iuO" and arr.size
                 and not isinstance(x, (np.ndarray, np.generic))):   # a list of Python ints
             for v in (arr.min(), arr.max()):
                 check_int_fits(builtins.int(v), dtype)

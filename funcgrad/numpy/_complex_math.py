@@ -14,6 +14,7 @@ import numpy as np
 
 from funcgrad import prims as P
 from funcgrad.prims import complex as PC
+from funcgrad.core.dtypes import dtype_kind, finfo
 from funcgrad.numpy import _elementwise as R
 from funcgrad.numpy import _ufuncs as U
 from funcgrad.numpy._elementwise import _fl, arctan2, hypot, signbit
@@ -62,7 +63,7 @@ def _k(v, like):
 
 
 def _huge(x):
-    return math.sqrt(np.finfo(x.dtype).max) / 4
+    return math.sqrt(finfo(x.dtype).max) / 4
 
 
 # ---------------------------------------------------------------------------------------------
@@ -223,7 +224,7 @@ def _arctan_c(z):
 def _dispatch(name, real, cplx, doc):
     def f(x):
         x = _fl(x)
-        return cplx(x) if x.dtype.kind == "c" else real(x)
+        return cplx(x) if dtype_kind(x.dtype) == "c" else real(x)
     f.__name__ = f.__qualname__ = name
     f.__doc__ = doc
     return f

@@ -5,6 +5,7 @@ import numpy as np
 
 from funcgrad.prims.convolution import conv_general_dilated
 from funcgrad.core import user_frame_src
+from funcgrad.core.dtypes import dtype_kind
 from funcgrad.numpy._base import asarray, reshape, result_type
 from funcgrad.numpy._shape import flip
 
@@ -18,7 +19,7 @@ def _conv1d(op, a, v, mode, preferred_element_type):
         raise ValueError(f"{op}: inputs cannot be empty, got shapes {a.shape} and {v.shape}"
                          f"\n  at {user_frame_src()}")
     dt = result_type(a, v)
-    if preferred_element_type is None and dt.kind != "f":
+    if preferred_element_type is None and dtype_kind(dt) != "f":
         dt = np.dtype(np.float32)   # like JAX: integer inputs are promoted to a float type
     a, v = asarray(a, dt), asarray(v, dt)
     reverse = False

@@ -11,6 +11,7 @@ import numpy as np
 
 from funcgrad import prims as P
 from funcgrad.core import bind, is_float
+from funcgrad.core.dtypes import dtype_kind, is_half
 from funcgrad.numpy._base import _norm_axis, asarray, canonical_dtype, reshape
 from funcgrad.numpy._shape import concatenate, flip, moveaxis, ravel
 from funcgrad.numpy._ufuncs import isnan, maximum, minimum, multiply, sum, where
@@ -50,9 +51,9 @@ def _accum_dtype(x, dtype):
     dt = canonical_dtype(dtype)
     if dt is not None:
         return dt
-    if x.dtype.kind == "b" or (x.dtype.kind in "iu" and x.dtype.itemsize < 4):
+    if dtype_kind(x.dtype) == "b" or (dtype_kind(x.dtype) in "iu" and x.dtype.itemsize < 4):
         # like sum: bools and small ints accumulate as int32 (unsigned ones as uint32)
-        return np.dtype(np.uint32 if x.dtype.kind == "u" else np.int32)
+        return np.dtype(np.uint32 if dtype_kind(x.dtype) == "u" else np.int32)
     return x.dtype
 
 
@@ -66,6 +67,8 @@ def _cumulative(op, name, promote=True):
         if x.ndim == 0:
             x = reshape(x, (1,))
         ax = _norm_axis(axis, x.ndim, name)
+        if promote and is_half(x.dtype):   # float16/bfloat16 sums and products in float32
+            return asarray(associative_scan_axis(op, asarray(x, np.float32), ax), x.dtype)
         return associative_scan_axis(op, x, ax)
     f.__name__ = name
     f.__doc__ = (f"numpy.{name} along axis (None: the flattened array); differentiable.\n\n"

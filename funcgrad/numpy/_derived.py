@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from funcgrad.core.dtypes import dtype_kind
 from funcgrad.numpy import _fft_complex as _fft
 from funcgrad.numpy._base import asarray
 from funcgrad.numpy._linalg import matmul
@@ -29,7 +30,7 @@ def vecmat(x1, x2, /):
     """Vector-matrix product conj(x1) @ x2 over the last axes: (..., N) x (..., N, M) ->
     (..., M), batch dims broadcast (numpy 2.2 / JAX)."""
     x1 = asarray(x1)
-    if x1.dtype.kind == "c":
+    if dtype_kind(x1.dtype) == "c":
         from funcgrad.prims import complex as PC
         x1 = PC.conj(x1)
     return squeeze(matmul(expand_dims(x1, -2), asarray(x2)), -2)

@@ -15,6 +15,7 @@ import numpy as np
 from funcgrad import prims as P
 from funcgrad.prims import complex as PC
 from funcgrad.core import is_float, is_int
+from funcgrad.core.dtypes import dtype_kind, finfo
 from funcgrad.numpy._base import asarray, promote_args, result_type
 from funcgrad.numpy._ufuncs import (
     _float_dtype,
@@ -141,7 +142,7 @@ def cosh(x):
 
 
 def _huge(x):
-    return math.sqrt(np.finfo(x.dtype).max) / 4
+    return math.sqrt(finfo(x.dtype).max) / 4
 
 
 def arcsinh(x):
@@ -371,7 +372,7 @@ def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
     x = asarray(x)
     if not is_float(x.dtype):
         return x
-    fi = np.finfo(x.dtype)
+    fi = finfo(x.dtype)
     posinf = fi.max if posinf is None else posinf
     neginf = fi.min if neginf is None else neginf
     out = where(isnan(x), asarray(nan, x.dtype), x)
@@ -398,20 +399,20 @@ def real(val):
         [1.0]
     """
     x = asarray(val)
-    return PC.real(x) if x.dtype.kind == "c" else x
+    return PC.real(x) if dtype_kind(x.dtype) == "c" else x
 
 
 def imag(val):
     """The imaginary part (zeros for real dtypes)."""
     from funcgrad.numpy._base import zeros_like
     x = asarray(val)
-    return PC.imag(x) if x.dtype.kind == "c" else zeros_like(x)
+    return PC.imag(x) if dtype_kind(x.dtype) == "c" else zeros_like(x)
 
 
 def conjugate(x):
     """The complex conjugate (the array itself for real dtypes)."""
     x = asarray(x)
-    return PC.conj(x) if x.dtype.kind == "c" else x
+    return PC.conj(x) if dtype_kind(x.dtype) == "c" else x
 
 
 conj = conjugate
@@ -426,7 +427,7 @@ def angle(z, deg=False):
         1.570796
     """
     z = asarray(z)
-    if z.dtype.kind != "c":
+    if dtype_kind(z.dtype) != "c":
         z = _fl(z)
         out = arctan2(imag(z), z)
     else:
@@ -446,7 +447,7 @@ def isreal(x):
 
 def iscomplexobj(x):
     """Whether x has a complex dtype."""
-    return asarray(x).dtype.kind == "c"
+    return dtype_kind(asarray(x).dtype) == "c"
 
 
 def isrealobj(x):
@@ -477,11 +478,11 @@ def spacing(x):
     """The distance from x to the next float of larger magnitude."""
     x = _fl(x)
     m, e = frexp(x)
-    eps = float(np.finfo(x.dtype).eps)
+    eps = float(finfo(x.dtype).eps)
     ax = abs(x)
-    tiny = float(np.finfo(x.dtype).smallest_subnormal)
+    tiny = float(finfo(x.dtype).smallest_subnormal)
     out = where(ax > 0, (2.0 ** asarray(e, x.dtype)) * (eps * 0.5), tiny)
-    out = where(ax < float(np.finfo(x.dtype).tiny), tiny, out)
+    out = where(ax < float(finfo(x.dtype).tiny), tiny, out)
     return where(signbit(x), -out, out)
 
 
@@ -499,9 +500,9 @@ def nextafter(x1, x2):
     """
     from funcgrad.numpy._ufuncs import log2, power
     a, b = _promote("nextafter", x1, x2, dtype=_float_dtype(x1, x2))
-    if a.dtype.kind != "f":
+    if dtype_kind(a.dtype) != "f":
         raise TypeError(f"nextafter: real floating-point operands required, got {a.dtype.name}")
-    fi = np.finfo(a.dtype)
+    fi = finfo(a.dtype)
     emin, nmant = int(fi.minexp), int(fi.nmant)
     ax = abs(a)
     finite_nz = logical_and(isfinite(a), ax > 0)
@@ -527,7 +528,7 @@ def bitwise_count(x):
     x = asarray(x)
     if not is_int(x.dtype) and x.dtype != np.bool_:
         raise TypeError("bitwise_count: integer input required")
-    v = abs(x) if x.dtype.kind == "i" else x
+    v = abs(x) if dtype_kind(x.dtype) == "i" else x
     out = P.zeros_like(asarray(v, np.int32)) if x.dtype != np.bool_ else asarray(x, np.uint8)
     if x.dtype == np.bool_:
         return out

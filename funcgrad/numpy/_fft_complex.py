@@ -9,6 +9,7 @@ import numpy as np
 
 from funcgrad.prims import complex as PC
 from funcgrad.core import bind
+from funcgrad.core.dtypes import dtype_kind
 from funcgrad.numpy._base import asarray, norm_axes
 from funcgrad.numpy._elementwise import conjugate, real
 from funcgrad.numpy._shape import concatenate, flip, pad
@@ -107,7 +108,7 @@ def _half(x, axis):
 def rfft(x, /, *, n=None, axis=-1, norm="backward"):
     """fft of a real input, the n//2 + 1 non-negative frequencies."""
     x = asarray(x)
-    if x.dtype.kind == "c":
+    if dtype_kind(x.dtype) == "c":
         raise TypeError("rfft: the input must be real-valued")
     (axis,) = norm_axes(axis, x.ndim, "rfft")
     return _half(_dft(x, n, axis, norm, False), axis)

@@ -6,6 +6,7 @@ import numpy as np
 from funcgrad import prims as P
 from funcgrad.config import config
 from funcgrad.core import ArrayBase, Tracer, bind, is_int, user_frame_src
+from funcgrad.core.dtypes import dtype_kind
 from funcgrad.numpy._base import asarray, broadcast_to, reshape
 from funcgrad.numpy._shape import checked_index, moded_index, pad_fill, transpose
 
@@ -230,7 +231,7 @@ def _window_index(x, idx):
         return None
     raw = idx if isinstance(idx, tuple) else (idx,)
     if not any(isinstance(i, (ArrayBase, np.ndarray)) and np.ndim(i) == 0
-               and i.dtype.kind in "iu" for i in raw):
+               and dtype_kind(i.dtype) in "iu" for i in raw):
         return None
     try:
         norm = _normalize(x, idx)
@@ -255,7 +256,7 @@ def _window_index(x, idx):
                 return None
             starts.append(np.int32(i % n))
             sizes.append(1)
-        elif np.ndim(i) == 0 and i.dtype.kind in "iu":
+        elif np.ndim(i) == 0 and dtype_kind(i.dtype) in "iu":
             starts.append(checked_index(asarray(i), n))
             sizes.append(1)
         else:

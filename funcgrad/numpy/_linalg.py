@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import string
 
+import numpy as np
+
 from funcgrad import prims as P
 from funcgrad.prims import complex as PC
 from funcgrad.core import type_error
+from funcgrad.core.dtypes import dtype_kind
 from funcgrad.numpy._base import asarray, broadcast_shapes, broadcast_to, reshape, result_type
 from funcgrad.numpy._shape import transpose
 from funcgrad.numpy._ufuncs import sum
@@ -14,6 +17,22 @@ from funcgrad.numpy._ufuncs import sum
 def _promote2(op, a, b):
     dt = result_type(a, b)
     return asarray(a, dt), asarray(b, dt)
+
+
+def widen_operands(lhs, rhs, preferred_element_type):
+    """(lhs, rhs) converted to `preferred_element_type` when it is a wider dtype of the same
+    kind than theirs (bfloat16 -> float32, int8 -> int32: a product accumulating in it, as
+    XLA's preferred_element_type), else unchanged."""
+    if preferred_element_type is None:
+        return lhs, rhs
+    pref = np.dtype(preferred_element_type)
+    out = []
+    for x in (lhs, rhs):
+        dt = asarray(x).dtype
+        k, kp = dtype_kind(dt), dtype_kind(pref)
+        same = k == kp or (k in "iu" and kp in "iu")
+        out.append(asarray(x, pref) if same and pref.itemsize > dt.itemsize else x)
+    return out[0], out[1]
 
 
 def matmul(a, b, *, precision=None):
@@ -83,7 +102,7 @@ def dot(a, b, *, precision=None):
 def vdot(a, b, *, precision=None):
     """Dot product of the flattened arrays, conjugating a first (numpy.vdot)."""
     a = asarray(a)
-    if a.dtype.kind == "c":
+    if dtype_kind(a.dtype) == "c":
         a = PC.conj(a)
     return dot(reshape(a, (-1,)), reshape(b, (-1,)), precision=precision)
 

@@ -16,6 +16,7 @@ import numpy as np
 from funcgrad.prims import linalg as LP
 from funcgrad.prims import linalg_spectral as LS
 from funcgrad.core import bind, type_error
+from funcgrad.core.dtypes import dtype_kind, finfo
 from funcgrad.numpy._base import asarray, broadcast_shapes, broadcast_to, reshape, result_type
 from funcgrad.numpy._shape import concatenate, flip, moveaxis, take_along_axis
 from funcgrad.numpy._sorting import argsort
@@ -43,7 +44,7 @@ def _inexact(*xs):
     """Operands as arrays of one inexact dtype (integers and bools become float32; complex
     stays complex)."""
     dt = result_type(*xs)
-    dt = dt if dt.kind in "fc" else np.dtype(np.float32)
+    dt = dt if dtype_kind(dt) in "fc" else np.dtype(np.float32)
     return [asarray(x, dt) for x in xs]
 
 
@@ -60,13 +61,13 @@ def _complex(name):
 
 
 def _is_complex(*xs) -> bool:
-    return builtins.any(x.dtype.kind == "c" for x in xs)
+    return builtins.any(dtype_kind(x.dtype) == "c" for x in xs)
 
 
 def _mH(x):
     """The conjugate transpose of the last two axes (the transpose for real x)."""
     from funcgrad.prims import complex as PC
-    return PC.conj(_mT(x)) if x.dtype.kind == "c" else _mT(x)
+    return PC.conj(_mT(x)) if dtype_kind(x.dtype) == "c" else _mT(x)
 
 
 def _matrix(name, x, square=False):
@@ -233,7 +234,7 @@ def eigvalsh(a, UPLO="L", *, symmetrize_input=True):
 
 def s_dtype(a):
     """The (real) dtype of a's singular values and eigenvalues."""
-    return np.dtype(f"f{a.dtype.itemsize // 2}") if a.dtype.kind == "c" else a.dtype
+    return np.dtype(f"f{a.dtype.itemsize // 2}") if dtype_kind(a.dtype) == "c" else a.dtype
 
 
 def _complement(q, k):
@@ -337,7 +338,7 @@ def lstsq(a, b, rcond=None, *, numpy_resid=False):
     m, n = a.shape
     vec = b.ndim == 1
     b2 = reshape(b, (m, 1)) if vec else b
-    rcond = float(np.finfo(s_dtype(a)).eps * builtins.max(m, n)) if rcond is None else rcond
+    rcond = float(finfo(s_dtype(a)).eps * builtins.max(m, n)) if rcond is None else rcond
     u, s, vh = svd(a, full_matrices=False)
     if s.shape[0] == 0:
         mask = s > 0
@@ -368,7 +369,7 @@ def pinv(a, rtol=None, hermitian=False, *, rcond=None):
     m, n = a.shape[-2:]
     rtol = rcond if rtol is None else rtol      # rcond: JAX's deprecated name of rtol
     if rtol is None:
-        rtol = 10.0 * builtins.max(m, n) * float(np.finfo(s_dtype(a)).eps)
+        rtol = 10.0 * builtins.max(m, n) * float(finfo(s_dtype(a)).eps)
     u, s, vh = svd(a, full_matrices=False, hermitian=hermitian)
     if s.shape[-1] == 0:
         return asarray(np.zeros(a.shape[:-2] + (n, m), a.dtype))
@@ -390,7 +391,7 @@ def matrix_rank(M, rtol=None, *, hermitian=False, tol=None):
     s = svd(M, compute_uv=False, hermitian=hermitian)
     if rtol is None:
         from funcgrad.numpy._ufuncs import max as _max
-        tol = _max(s, axis=-1) * float(builtins.max(M.shape[-2:]) * np.finfo(s.dtype).eps) \
+        tol = _max(s, axis=-1) * float(builtins.max(M.shape[-2:]) * finfo(s.dtype).eps) \
             if s.shape[-1] else asarray(np.zeros(s.shape[:-1], s.dtype))
     else:
         tol = asarray(rtol, s.dtype)

@@ -6,6 +6,7 @@ import numpy as np
 from funcgrad.prims import linalg as LP
 from funcgrad.prims import complex as PC
 from funcgrad.core import type_error
+from funcgrad.core.dtypes import dtype_kind
 from funcgrad.numpy._base import asarray, broadcast_shapes, broadcast_to, reshape
 from funcgrad.numpy._index_tricks import diagonal as _diagonal
 from funcgrad.numpy._index_tricks import matrix_transpose as _matrix_transpose
@@ -49,11 +50,11 @@ def _empty_zero(x, axes):
 
 def _abs_sq(x):
     """|x|^2 elementwise, real (x * conj(x) for complex x, as JAX's norms)."""
-    return PC.real(x * PC.conj(x)) if x.dtype.kind == "c" else x * x
+    return PC.real(x * PC.conj(x)) if dtype_kind(x.dtype) == "c" else x * x
 
 
 def _real_dtype(x):
-    return np.dtype(f"f{x.dtype.itemsize // 2}") if x.dtype.kind == "c" else x.dtype
+    return np.dtype(f"f{x.dtype.itemsize // 2}") if dtype_kind(x.dtype) == "c" else x.dtype
 
 
 def _vector(x, ord, axes, keepdims):
@@ -185,7 +186,7 @@ def multi_dot(arrays, *, precision=None):
     arrays = list(arrays)
     if len(arrays) < 2:
         raise ValueError("multi_dot: expecting at least two arrays")
-    arrays = _inexact(*arrays) if any(asarray(a).dtype.kind != "f" for a in arrays) else \
+    arrays = _inexact(*arrays) if any(dtype_kind(asarray(a).dtype) != "f" for a in arrays) else \
         [asarray(a) for a in arrays]
     first_vec, last_vec = arrays[0].ndim == 1, arrays[-1].ndim == 1
     if first_vec:
@@ -258,7 +259,7 @@ def vecdot(x1, x2, /, *, axis=-1, precision=None, preferred_element_type=None):
             x1.ndim and x2.ndim and x1.shape[axis] != x2.shape[axis]):
         raise ValueError(f"vecdot: axis {axis} must have one size in both inputs, got shapes "
                          f"{tuple(x1.shape)} and {tuple(x2.shape)}")
-    if x1.dtype.kind == "c":
+    if dtype_kind(x1.dtype) == "c":
         x1 = PC.conj(x1)
     out = sum(broadcast_to(x1, shape) * broadcast_to(x2, shape), axis=axis, dtype=x1.dtype)
     return out if preferred_element_type is None else out.astype(preferred_element_type)

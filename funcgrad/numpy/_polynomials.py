@@ -8,6 +8,7 @@ import math
 import numpy as np
 
 from funcgrad.core import ArrayBase
+from funcgrad.core.dtypes import dtype_kind
 from funcgrad.numpy._base import (
     _ScalarType,
     arange,
@@ -327,7 +328,7 @@ def isdtype(dtype, kind):
              "numeric": "iufc"}
     for k in kinds:
         if isinstance(k, str):
-            if d.kind in table[k]:
+            if dtype_kind(d) in table[k]:
                 return True
         elif d == np.dtype(k):
             return True

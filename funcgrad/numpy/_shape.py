@@ -5,6 +5,7 @@ import numpy as np
 
 from funcgrad import prims as P
 from funcgrad.core import ArrayBase, bind, is_int, type_error
+from funcgrad.core.dtypes import dtype_kind
 from funcgrad.numpy._base import (
     _norm_axis,
     asarray,
@@ -224,10 +225,10 @@ def default_fill(dtype):
     """JAX's fill value for out-of-bounds reads: NaN for inexact types, the most negative
     value for signed integers, the largest for unsigned ones, True for booleans."""
     dtype = np.dtype(dtype)
-    if dtype.kind in "fc":
+    if dtype_kind(dtype) in "fc":
         return np.nan
-    if dtype.kind in "iu":
-        return int(np.iinfo(dtype).min if dtype.kind == "i" else np.iinfo(dtype).max)
+    if dtype_kind(dtype) in "iu":
+        return int(np.iinfo(dtype).min if dtype_kind(dtype) == "i" else np.iinfo(dtype).max)
     return True
 
 

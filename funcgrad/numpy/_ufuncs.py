@@ -8,6 +8,7 @@ import numpy as np
 from funcgrad import prims as P
 from funcgrad.prims import complex as PC
 from funcgrad.core import ArrayBase, Tracer, bind, is_float, is_int, type_error
+from funcgrad.core.dtypes import STORAGE_ONLY_DTYPES, dtype_kind, is_half
 from funcgrad.numpy._base import (
     asarray,
     broadcast_shapes,
@@ -23,12 +24,12 @@ _F32 = np.dtype(np.float32)
 
 
 def _float_dtype(*args):
-    dt = result_type(*args)
-    return dt if dt.kind in "fc" else _F32
+    dt = result_type(*args)   # float8 stays float8: the primitive then names it (no kernel)
+    return dt if dtype_kind(dt) in "fc" or dt in STORAGE_ONLY_DTYPES else _F32
 
 
 def _inexact(dtype):
-    return np.dtype(dtype).kind in "fc"
+    return dtype_kind(np.dtype(dtype)) in "fc"
 
 
 def _unary_float(prim, name):
@@ -54,14 +55,14 @@ _floor_float = _unary_float(P.floor_p, "floor")
 def floor(x):
     """Elementwise numpy.floor (integer and bool inputs are returned as they are)."""
     x = asarray(x)
-    return x if x.dtype.kind in "biu" else _floor_float(x)
+    return x if dtype_kind(x.dtype) in "biu" else _floor_float(x)
 _isfinite_real = _unary_float(P.isfinite_p, "isfinite")
 
 
 def isfinite(x):
     """Elementwise numpy.isfinite (complex: both parts finite)."""
     x = asarray(x)
-    if x.dtype.kind == "c":
+    if dtype_kind(x.dtype) == "c":
         return logical_and(_isfinite_real(PC.real(x)), _isfinite_real(PC.imag(x)))
     return _isfinite_real(x)
 
@@ -69,7 +70,7 @@ def isfinite(x):
 def _unary_same(prim, name):
     def f(x):
         x = asarray(x)
-        if x.dtype.kind == "u":   # unsigned: |x| = x, sign x = (x != 0), -x wraps around
+        if dtype_kind(x.dtype) == "u":   # unsigned: |x| = x, sign x = (x != 0), -x wraps around
             if prim is P.abs_p:
                 return x
             if prim is P.sign_p:
@@ -143,7 +144,7 @@ def isnan(x):
 
 def isinf(x):
     x = asarray(x)
-    if x.dtype.kind == "c":
+    if dtype_kind(x.dtype) == "c":
         return logical_or(isinf(PC.real(x)), isinf(PC.imag(x)))
     if not is_float(x.dtype):
         return full_bool(x, False)
@@ -223,7 +224,7 @@ def left_shift(x1, x2):
 def right_shift(x1, x2):
     """Arithmetic shift for signed ints (numpy semantics), logical for unsigned."""
     a, b = promote_args("right_shift", x1, x2)
-    if a.dtype.kind == "u":
+    if dtype_kind(a.dtype) == "u":
         return bind(P.shift_right_logical_p, a, b)
     logical = bind(P.shift_right_logical_p, a, b)
     neg_shift = bind(P.not_p, bind(P.shift_right_logical_p, bind(P.not_p, a), b))
@@ -255,14 +256,14 @@ def _int_power(a, b):
             raise ValueError("integers to negative integer powers are not allowed")
         nbits = int(bv.max()).bit_length() if bv.size else 0
     else:
-        nbits = a.dtype.itemsize * 8 - (a.dtype.kind == "i")
+        nbits = a.dtype.itemsize * 8 - (dtype_kind(a.dtype) == "i")
     one = P.full_like(b, 1)
     out, base, e = P.full_like(a, 1), a, b
     for k in range(nbits):
         out = where(not_equal(bind(P.and_p, e, one), 0), out * base, out)
         if k + 1 < nbits:
             base, e = base * base, bind(P.shift_right_logical_p, e, one)
-    if not concrete and a.dtype.kind == "i":
+    if not concrete and dtype_kind(a.dtype) == "i":
         odd = not_equal(bind(P.and_p, b, one), 0)
         neg_pow = where(equal(a, 1), 1, where(equal(a, -1), where(odd, -1, 1), 0))
         out = where(less(b, 0), neg_pow, out)
@@ -378,6 +379,8 @@ def mean(a, axis=None, dtype=None, keepdims=False):
     """numpy.mean (integer inputs give float32)."""
     x = asarray(a)
     dt = canonical_dtype(dtype) or (x.dtype if _inexact(x.dtype) else _F32)
+    if is_half(dt):   # float16/bfloat16: summed and divided in float32, rounded once (JAX)
+        return asarray(mean(asarray(x, _F32), axis, keepdims=keepdims), dt)
     x = asarray(x, dt)
     axes = norm_axes(axis, x.ndim, "mean")
     n = int(np.prod([x.shape[i] for i in axes]))
@@ -424,10 +427,12 @@ def var(a, axis=None, dtype=None, ddof=0, keepdims=False, *, correction=None):
     ddof = ddof if correction is None else correction
     x = asarray(a)
     x = asarray(x, canonical_dtype(dtype) or (x.dtype if _inexact(x.dtype) else _F32))
+    if is_half(x.dtype):   # computed in float32, rounded once (jnp.var's upcast)
+        return asarray(var(asarray(x, _F32), axis, None, ddof, keepdims), x.dtype)
     axes = norm_axes(axis, x.ndim, "var")
     n = int(np.prod([x.shape[i] for i in axes]))
     centered = x - mean(x, axes, keepdims=True)
-    if x.dtype.kind == "c":   # numpy: the mean of |x - mean|^2, a real number
+    if dtype_kind(x.dtype) == "c":   # numpy: the mean of |x - mean|^2, a real number
         centered = abs(centered)
     ss = sum(square(centered), axes, keepdims=keepdims)
     return ss / np.asarray(builtins.max(n - ddof, 0), ss.dtype)

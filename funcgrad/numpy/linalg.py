@@ -10,9 +10,11 @@ from typing import NamedTuple
 import numpy as np
 
 from funcgrad.core import ArrayBase, Tracer
+from funcgrad.core.dtypes import dtype_kind
 from funcgrad.numpy._base import asarray, canonical_dtype
 from funcgrad.numpy._linalg import matmul as _matmul
 from funcgrad.numpy._linalg import tensordot as _tensordot
+from funcgrad.numpy._linalg import widen_operands
 from funcgrad.numpy._linalg_decomp import (
     EighResult,
     QRResult,
@@ -58,12 +60,14 @@ def matmul(x1, x2, /, *, precision=None, preferred_element_type=None):
         >>> fnp.linalg.matmul(fnp.ones((2, 3)), fnp.ones(3)).tolist()
         [3.0, 3.0]
     """
+    x1, x2 = widen_operands(x1, x2, preferred_element_type)
     out = _matmul(x1, x2) if precision is None else _matmul(x1, x2, precision=precision)
     return out if preferred_element_type is None else out.astype(preferred_element_type)
 
 
 def tensordot(x1, x2, /, *, axes=2, precision=None, preferred_element_type=None):
     """Tensor contraction over `axes` (jnp.linalg.tensordot)."""
+    x1, x2 = widen_operands(x1, x2, preferred_element_type)
     out = _tensordot(x1, x2, axes) if precision is None else _tensordot(
         x1, x2, axes, precision=precision)
     return out if preferred_element_type is None else out.astype(preferred_element_type)

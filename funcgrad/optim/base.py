@@ -7,6 +7,7 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 
 from funcgrad import numpy as fnp
+from funcgrad.core.dtypes import dtype_kind, finfo
 from funcgrad.tree_util import tree_leaves, tree_map
 
 Params = Any  # a pytree of arrays
@@ -242,10 +243,10 @@ def safe_increment(count):
     """
     count = fnp.asarray(count)
     dt = np.dtype(count.dtype)
-    if dt.kind in "iu":
+    if dtype_kind(dt) in "iu":
         top = int(np.iinfo(dt).max)
-    elif dt.kind == "f":
-        top = float(np.finfo(dt).max)
+    elif dtype_kind(dt) == "f":
+        top = float(finfo(dt).max)
     else:
         raise ValueError(f"safe_increment: cannot increment a count of dtype {dt}; use an "
                          "integer or floating dtype")

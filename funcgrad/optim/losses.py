@@ -7,6 +7,7 @@ import numpy as np
 from funcgrad import lax
 from funcgrad import numpy as fnp
 from funcgrad import nn
+from funcgrad.core.dtypes import dtype_kind
 from funcgrad.optim.losses_seq import (
     ctc_loss,
     ctc_loss_with_forward_probs,
@@ -17,7 +18,7 @@ from funcgrad.optim.losses_seq import (
 
 def _check_float(x, name, fn):
     x = fnp.asarray(x)
-    if np.dtype(x.dtype).kind != "f":
+    if dtype_kind(np.dtype(x.dtype)) != "f":
         raise TypeError(f"{fn}: `{name}` must be a floating array, got dtype {x.dtype}")
     return x
 
@@ -154,7 +155,7 @@ def softmax_cross_entropy_with_integer_labels(logits, labels, axis=-1, where=Non
     """
     logits = _check_float(logits, "logits", "softmax_cross_entropy_with_integer_labels")
     labels = fnp.asarray(labels)
-    if np.dtype(labels.dtype).kind not in "iu":
+    if dtype_kind(np.dtype(labels.dtype)) not in "iu":
         raise TypeError("softmax_cross_entropy_with_integer_labels: `labels` must be integers, "
                         f"got dtype {labels.dtype}")
     where = _expand_where(where, logits, axis)

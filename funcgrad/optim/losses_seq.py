@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from funcgrad.core.dtypes import finfo
 from funcgrad import lax
 from funcgrad import numpy as fnp
 from funcgrad import nn
@@ -121,7 +122,7 @@ def ntxent(embeddings, labels, temperature: float = 0.07):
     if labels.shape[0] != embeddings.shape[0]:
         raise ValueError(f"ntxent: labels ({labels.shape[0]}) and embeddings "
                          f"({embeddings.shape[0]}) need the same leading dimension")
-    eps = float(np.finfo(np.dtype(embeddings.dtype)).eps)
+    eps = float(finfo(np.dtype(embeddings.dtype)).eps)
     xcs = _cosine_matrix(embeddings, eps) / temperature
     n = labels.shape[0]
     same = labels[:, None] == labels[None, :]

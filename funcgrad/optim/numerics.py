@@ -9,6 +9,7 @@ import numpy as np
 
 from funcgrad import lax
 from funcgrad import numpy as fnp
+from funcgrad.core.dtypes import is_half
 from funcgrad import random
 from funcgrad.tree_util import register_pytree_node, tree_leaves, tree_map
 
@@ -114,6 +115,10 @@ def bias_correction(moment, decay, count):
     def one(t):  # 1 / (1 - decay**count) in the moment's dtype (float64 moments stay exact)
         dt = fnp.asarray(t).dtype
         one_ = fnp.asarray(1, dt)
+        if is_half(dt):   # optax: 1 - decay**count in float32 (0.999 is 1 in bfloat16), cast
+            w = fnp.float32
+            bc = fnp.asarray(1, w) - fnp.power(fnp.asarray(decay, w), fnp.asarray(count, w))
+            return t * (one_ / fnp.asarray(bc, dt))
         return t * (one_ / (one_ - fnp.power(fnp.asarray(decay, dt), fnp.asarray(count, dt))))
     return tree_map(one, moment)
 

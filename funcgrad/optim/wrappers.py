@@ -12,6 +12,7 @@ import numpy as np
 
 from funcgrad import numpy as fnp
 from funcgrad.tree_util import tree_leaves, tree_map, tree_structure
+from funcgrad.core.dtypes import dtype_kind
 from funcgrad.optim.base import (
     GradientTransformation,
     GradientTransformationExtraArgs,
@@ -264,7 +265,7 @@ class InjectHyperparamsState(NamedTuple):
 
 def _convert_floats(x, dtype):
     a = fnp.asarray(x)
-    return fnp.asarray(a, dtype) if dtype is not None and a.dtype.kind == "f" else a
+    return fnp.asarray(a, dtype) if dtype is not None and dtype_kind(a.dtype) == "f" else a
 
 
 def _float_dtype_of(tree, hyperparam_dtype):
@@ -272,7 +273,7 @@ def _float_dtype_of(tree, hyperparam_dtype):
         return fnp.canonical_dtype(hyperparam_dtype)
     leaves = tree_leaves(tree)
     dt = getattr(leaves[0], "dtype", None) if leaves else None
-    return dt if dt is not None and np.dtype(dt).kind == "f" else None
+    return dt if dt is not None and dtype_kind(np.dtype(dt)) == "f" else None
 
 
 def inject_hyperparams(inner_factory: Callable, static_args=(),

@@ -12,7 +12,18 @@ import math
 import numpy as np
 
 from funcgrad.config import canonical_precision, config
-from funcgrad.core import ShapedArray, bind, defprim, is_float, is_int, real_dtype, type_error
+from funcgrad.core import (
+    ShapedArray,
+    bind,
+    compute_dtype,
+    defprim,
+    is_float,
+    is_half,
+    is_int,
+    real_dtype,
+    type_error,
+)
+from funcgrad.core.dtypes import dtype_kind
 
 # ---------------------------------------------------------------------------------------------
 # helpers shared by the rules
@@ -23,12 +34,12 @@ FLOAT_KINDS, INT_KINDS, BOOL_KINDS = "f", "iu", "b"
 
 def _inexact(dtype) -> bool:
     """Float or complex: the dtypes that carry gradients."""
-    return np.dtype(dtype).kind in "fc"
+    return dtype_kind(np.dtype(dtype)) in "fc"
 
 
 def _dtype_ok(name, avals, kinds):
     for a in avals:
-        if a.dtype.kind not in kinds:
+        if dtype_kind(a.dtype) not in kinds:
             raise type_error(name, f"dtype {a.dtype.name} is not supported", avals)
 
 
@@ -163,7 +174,7 @@ erf_p = _unary_diff(                                                        # 2/
     kinds="f")
 def _abs_dir(x, out):
     """d|x|: sign x for reals; for complex z, |z|/z = conj(z)/|z| (0 at z = 0, like JAX)."""
-    if x.dtype.kind != "c":
+    if dtype_kind(x.dtype) != "c":
         return bind(sign_p, x)
     zero = eq(x, zeros_like(x))
     return select(zero, zeros_like(x), div(convert(out, x.dtype), select(zero, full_like(x, 1), x)))
@@ -214,7 +225,7 @@ def _convert_jvp(ts, xs, *, out, new_dtype):
 
 
 def _convert_impl(x, *, new_dtype):
-    if x.dtype.kind == "c" and np.dtype(new_dtype).kind in "fiu":   # JAX: the real part
+    if x.dtype.kind == "c" and dtype_kind(new_dtype) in "fiu":   # JAX: the real part
         return x.real.astype(new_dtype)
     return x.astype(new_dtype)
 
@@ -427,7 +438,7 @@ def _select_impl(p, x, y):
     # selects blend bit patterns instead, out = y ^ ((x ^ y) & -p), exact for every value
     x, y = np.asarray(x), np.asarray(y)
     shape = np.broadcast_shapes(np.shape(p), x.shape, y.shape)
-    if (math.prod(shape) < 8192 or x.dtype != y.dtype or x.dtype.kind not in "fiu"
+    if (math.prod(shape) < 8192 or x.dtype != y.dtype or dtype_kind(x.dtype) not in "fiu"
             or x.dtype.itemsize not in (4, 8)):
         return np.where(p, x, y)
     u = np.dtype(f"u{x.dtype.itemsize}")
@@ -549,7 +560,8 @@ def _expand(ct, x, axes):
 
 
 def _reduce_sum_impl(x, *, axes):
-    return np.sum(x, axis=tuple(axes), dtype=x.dtype)
+    # float16/bfloat16 accumulate in float32 and round once (jnp.sum's upcast, XLA's sums)
+    return np.sum(x, axis=tuple(axes), dtype=compute_dtype(x.dtype)).astype(x.dtype, copy=False)
 
 
 reduce_sum_p = defprim(
@@ -608,7 +620,8 @@ def _prod_vjp(ct, x, *, out, axes):
 
 reduce_prod_p = defprim(
     "reduce_prod", _reduce_shape("reduce_prod", "fiuc"),
-    lambda x, *, axes: np.prod(x, axis=tuple(axes), dtype=x.dtype), _prod_vjp,
+    lambda x, *, axes: np.prod(x, axis=tuple(axes), dtype=compute_dtype(x.dtype)).astype(
+        x.dtype, copy=False), _prod_vjp,
     lambda ts, xs, *, out, axes: None if ts[0] is None else reduce_sum(
         mul(ts[0], _prod_vjp(full_like(out, 1), xs[0], out=out, axes=axes)[0]), axes))
 reduce_prod_p.batch = _reduce_batch(reduce_prod_p)
@@ -1096,7 +1109,11 @@ def _as_matrix(a, contract, contract_first: bool):
 
 
 def _dot_impl(x, y, *, dimension_numbers, precision=None):
-    # numpy computes in the operands' dtype: `precision` changes nothing on the CPU
+    # numpy computes in the operands' dtype: `precision` changes nothing on the CPU. float16 and
+    # bfloat16 products accumulate in float32 (BLAS) and round once, as XLA's CPU dots do
+    if is_half(x.dtype):
+        return _dot_impl(x.astype(np.float32), y.astype(np.float32),
+                         dimension_numbers=dimension_numbers).astype(x.dtype)
     (lc, rc), (lb, _) = dimension_numbers
     if not lb and lc:   # contractions over leading/trailing runs: one matmul of reshaped views
         xm, ym = _as_matrix(x, lc, False), _as_matrix(y, rc, True)

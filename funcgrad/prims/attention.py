@@ -27,7 +27,7 @@ import numpy as np
 
 from funcgrad import prims as P
 from funcgrad.config import canonical_precision, config
-from funcgrad.core import ShapedArray, bind, defprim, is_float, type_error
+from funcgrad.core import ShapedArray, bind, defprim, is_float, is_half, type_error
 
 MAX_HEAD_DIM = 128   # the kernels keep a query/key row in registers
 _CHUNK = 128         # query rows per step of the numpy impls
@@ -57,7 +57,7 @@ def _check_qkv(name, q, k, v, extra=()):
 
 
 def _stats_dtype(dtype):
-    return np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
+    return np.dtype(np.float32) if is_half(dtype) else np.dtype(dtype)
 
 
 def _expect(name, what, got, shape, dtype, avals):
@@ -101,7 +101,7 @@ def _dkv_shape(q, k, v, do, stats, *, scale, causal, precision=None):
 # ---------------------------------------------------------------------------------------------
 
 def _acc(x):
-    return x.astype(np.float32) if x.dtype == np.float16 else x
+    return x.astype(np.float32) if is_half(x.dtype) else x
 
 
 def _expand(x, n):

@@ -20,6 +20,7 @@ import numpy as np
 
 from funcgrad import prims as P
 from funcgrad.core import Primitive, ShapedArray, bind, is_float, type_error, user_frame_src
+from funcgrad.core.dtypes import dtype_kind
 
 _state = threading.local()
 
@@ -97,7 +98,7 @@ def _as_batched(x, d, size):
 
 def _same_shape(kinds):
     def rule(x, *, axis_name, axis_size, **_):
-        if x.dtype.kind not in kinds:
+        if dtype_kind(x.dtype) not in kinds:
             raise type_error("collective", f"unsupported dtype {x.dtype} over axis "
                              f"{_shown(axis_name)}", (x,))
         return x
@@ -121,7 +122,7 @@ psum_p.vjp = lambda ct, x, *, out, **p: (bind(psum_p, ct, **p) if _diff(x) else 
 
 
 def _diff(x) -> bool:
-    return is_float(x.dtype) or x.dtype.kind == "c"
+    return is_float(x.dtype) or dtype_kind(x.dtype) == "c"
 
 
 def _chooser(name, reduce_p):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from funcgrad.core import ShapedArray, bind, defprim, real_dtype, type_error
+from funcgrad.core.dtypes import dtype_kind
 from funcgrad.prims import batch_elementwise, convert, full_like, mul, neg
 
 _COMPLEX_OF = {np.dtype(np.float32): np.dtype(np.complex64),
@@ -23,14 +24,14 @@ def complex_(x, y): return bind(complex_p, x, y)
 
 def _complex_part_shape(name):
     def rule(x):
-        if x.dtype.kind != "c":
+        if dtype_kind(x.dtype) != "c":
             raise type_error(name, f"operand must be complex, got {x.dtype.name}", (x,))
         return ShapedArray(x.shape, real_dtype(x.dtype))
     return rule
 
 
 def _conj_shape(x):
-    if x.dtype.kind not in "fc":
+    if dtype_kind(x.dtype) not in "fc":
         raise type_error("conj", f"operand must be float or complex, got {x.dtype.name}", (x,))
     return ShapedArray(x.shape, x.dtype)
 
@@ -81,7 +82,7 @@ complex_p = _linear(
 
 def as_complex(x):
     """x (float or complex) as the complex dtype holding it."""
-    return x if x.dtype.kind == "c" else convert(x, _COMPLEX_OF[np.dtype(x.dtype)])
+    return x if dtype_kind(x.dtype) == "c" else convert(x, _COMPLEX_OF[np.dtype(x.dtype)])
 
 
 def mul_i(x):
@@ -92,7 +93,7 @@ def mul_i(x):
 # fft(x; axis, inverse): the unnormalized DFT along `axis`, sum_j x_j exp(-+2 pi i jk / n).
 # The DFT matrix is symmetric, so the transpose (vjp) is the same transform.
 def _fft_shape(x, *, axis, inverse):
-    if x.dtype.kind != "c":
+    if dtype_kind(x.dtype) != "c":
         raise type_error("fft", f"operand must be complex, got {x.dtype.name}", (x,))
     if not 0 <= axis < x.ndim:
         raise type_error("fft", f"axis {axis} is out of range for rank {x.ndim}", (x,))

@@ -16,6 +16,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from funcgrad import prims as P
 from funcgrad.core import ShapedArray, bind, defprim, is_float, type_error
+from funcgrad.core.dtypes import dtype_kind, is_half
 
 
 class ConvDimensionNumbers(NamedTuple):
@@ -126,7 +127,7 @@ def _conv_shape(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dilation
         raise bad("lhs and rhs must have the same rank >= 2 (batch, feature, spatial...)")
     if lhs.dtype != rhs.dtype:
         raise bad("lhs and rhs must have equal dtypes")
-    if lhs.dtype.kind not in "fiu":
+    if dtype_kind(lhs.dtype) not in "fiu":
         raise bad(f"dtype {lhs.dtype.name} is not supported")
     ls, rs, os_ = dimension_numbers
     if any(sorted(s) != list(range(nd)) for s in (ls, rs, os_)):
@@ -163,7 +164,7 @@ def _conv_shape(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dilation
         spatial.append(stride_dim(padded, k, window_strides[d]))
     out_dtype = lhs.dtype if preferred_element_type is None else np.dtype(
         preferred_element_type)
-    if (out_dtype.kind == "f") != (lhs.dtype.kind == "f"):
+    if (dtype_kind(out_dtype) == "f") != (dtype_kind(lhs.dtype) == "f"):
         raise bad(f"preferred_element_type {out_dtype.name} must be a float type for float "
                   "operands and an integer type for integer operands")
     shape = [0] * nd
@@ -204,7 +205,7 @@ def window_view(x: np.ndarray, out_shape, window, strides, dilation, first: int 
 
 
 def _compute_dtype(dtype):
-    return np.dtype(np.float32) if dtype == np.float16 else np.dtype(dtype)
+    return np.dtype(np.float32) if is_half(dtype) else np.dtype(dtype)
 
 
 def _conv_impl(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dilation,

@@ -9,6 +9,7 @@ import numpy as np
 from funcgrad import prims as P
 from funcgrad.config import canonical_precision, config
 from funcgrad.core import ArrayBase, bind, user_frame_src
+from funcgrad.core.dtypes import dtype_kind
 from funcgrad.prims.conv import (
     ConvDimensionNumbers,
     conv_dimension_numbers,
@@ -37,7 +38,7 @@ def _as_array(x):
         return x
     a = np.asarray(x)
     if not isinstance(x, (np.ndarray, np.generic)) and a.dtype in (np.float64, np.int64):
-        a = a.astype(np.float32 if a.dtype.kind == "f" else np.int32)
+        a = a.astype(np.float32 if dtype_kind(a.dtype) == "f" else np.int32)
     return a
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from funcgrad import prims as P
-from funcgrad.core import ShapedArray, bind, defprim, is_float, is_int, type_error
+from funcgrad.core import ShapedArray, bind, defprim, is_float, is_half, is_int, type_error
 
 # ---------------------------------------------------------------------------------------------
 # helpers shared by the rules (all rows are the last axis)
@@ -22,8 +22,8 @@ from funcgrad.core import ShapedArray, bind, defprim, is_float, is_int, type_err
 
 
 def _acc(x: np.ndarray) -> np.ndarray:
-    """float16 values widened to float32 for accumulation; other dtypes unchanged."""
-    return x.astype(np.float32) if x.dtype == np.float16 else x
+    """float16/bfloat16 values widened to float32 for accumulation; other dtypes unchanged."""
+    return x.astype(np.float32) if is_half(x.dtype) else x
 
 
 def _rsum(x):

@@ -9,13 +9,14 @@ from __future__ import annotations
 import numpy as np
 
 from funcgrad.core import ShapedArray, bind, defprim, type_error
+from funcgrad.core.dtypes import dtype_kind
 
 
 def _argsort_shape(x):
     if x.ndim < 1:
         raise type_error("argsort", "operand must have at least one axis (it sorts the last)",
                          (x,))
-    if x.dtype.kind not in "fiub":
+    if dtype_kind(x.dtype) not in "fiub":
         raise type_error("argsort", f"dtype {x.dtype.name} is not supported", (x,))
     return ShapedArray(x.shape, np.int32)
 

@@ -15,6 +15,7 @@ import sys
 import numpy as np
 
 from funcgrad import prims as P
+from funcgrad.core.dtypes import dtype_kind, is_half
 from funcgrad.prims.conv import (
     _vjp_lhs_padding,
     _zeros,
@@ -61,7 +62,7 @@ def _check(name, x, params, kinds="fiu", avals=None):
         raise type_error(name, "window dimensions, strides and dilations must be >= 1", avals)
     if any(lo < 0 or hi < 0 for lo, hi in params["padding"]):
         raise type_error(name, f"padding {params['padding']} must be non-negative", avals)
-    if x.dtype.kind not in kinds:
+    if dtype_kind(x.dtype) not in kinds:
         raise type_error(name, f"dtype {x.dtype.name} is not supported", avals)
     return window_out_shape(x.shape, *(params[k] for k in WINDOW_KEYS))
 
@@ -71,8 +72,8 @@ def identity(kind: str, dtype):
     dtype = np.dtype(dtype)
     if kind == "sum":
         return dtype.type(0)
-    big = np.inf if dtype.kind == "f" else np.iinfo(dtype).max
-    small = -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
+    big = np.inf if dtype_kind(dtype) == "f" else np.iinfo(dtype).max
+    small = -np.inf if dtype_kind(dtype) == "f" else np.iinfo(dtype).min
     return dtype.type(small if kind in ("max", "ge") else big)
 
 
@@ -108,7 +109,7 @@ def _rw_impl(kind):
         v, out = _view(x, identity(kind, x.dtype), params)
         axes = tuple(range(x.ndim, 2 * x.ndim))
         if kind == "sum":
-            acc = np.float32 if x.dtype == np.float16 else x.dtype
+            acc = np.float32 if is_half(x.dtype) else x.dtype
             return np.sum(v, axis=axes, dtype=acc).astype(x.dtype, copy=False)
         return (np.max if kind == "max" else np.min)(v, axis=axes) if axes else v.copy()
     return impl
@@ -208,7 +209,7 @@ def _sel_params(select_prim, name, avals):
 def _sga_shape(t, x, *, select_prim, **params):
     name = "select_and_gather_add"
     _sel_params(select_prim, name, (t, x))
-    if t.shape != x.shape or t.dtype.kind not in "fiu":
+    if t.shape != x.shape or dtype_kind(t.dtype) not in "fiu":
         raise type_error(name, "tangents must be numeric and shaped like the operand", (t, x))
     return ShapedArray(_check(name, x, params, avals=(t, x)), t.dtype)
 
@@ -224,7 +225,7 @@ def _ssa_shape(s, x, *, select_prim, **params):
     name = "select_and_scatter_add"
     _sel_params(select_prim, name, (s, x))
     out = _check(name, x, params, avals=(s, x))
-    if tuple(s.shape) != out or s.dtype.kind not in "fiu":
+    if tuple(s.shape) != out or dtype_kind(s.dtype) not in "fiu":
         raise type_error(name, f"source must be numeric and shaped like the windows' output "
                          f"{out}", (s, x))
     return ShapedArray(x.shape, s.dtype)
@@ -346,7 +347,7 @@ def reduce_window(operand, init_value, computation, window_dimensions, window_st
     res = bind(prim, x, **params)
     init = init_value if isinstance(init_value, Tracer) else np.asarray(init_value)
     if not isinstance(init, Tracer):
-        if init.ndim or (x.dtype.kind != "f" and not (np.isfinite(init) and init == int(init))):
+        if init.ndim or (not is_float(x.dtype) and not (np.isfinite(init) and init == int(init))):
             raise TypeError(f"reduce_window: init_value {init_value!r} is not a scalar of the "
                             f"operand's dtype {x.dtype.name}\n  at {user_frame_src()}")
         if init == identity(kind, x.dtype):
@@ -368,7 +369,7 @@ def _fold(x, init_value, computation, params):
     if isinstance(init_value, Tracer):
         raise TypeError("reduce_window with a custom computation needs a concrete init_value"
                         f"\n  at {user_frame_src()}")
-    init = float(np.asarray(init_value)) if x.dtype.kind == "f" else int(np.asarray(init_value))
+    init = float(np.asarray(init_value)) if is_float(x.dtype) else int(np.asarray(init_value))
     cfg = tuple((lo, hi, b - 1) for (lo, hi), b in zip(params["padding"],
                                                        params["base_dilation"]))
     xp = bind(P.pad_p, x, padding_config=cfg, value=init) if any(

@@ -5,6 +5,7 @@ cho_solve use the cholesky primitive (scipy's convention: the upper factor by de
 """
 from __future__ import annotations
 
+from funcgrad.core.dtypes import dtype_kind
 from funcgrad.prims import linalg as LP
 from funcgrad.core import bind, type_error
 from funcgrad.numpy._base import asarray, broadcast_shapes, broadcast_to, reshape, result_type
@@ -14,7 +15,7 @@ _TRANS = {0: False, "N": False, 1: True, "T": True, 2: True, "C": True}
 
 def _inexact(*xs):
     dt = result_type(*xs)
-    return [asarray(x, dt if dt.kind == "f" else "float32") for x in xs]
+    return [asarray(x, dt if dtype_kind(dt) == "f" else "float32") for x in xs]
 
 
 def _rhs(name, a, b):

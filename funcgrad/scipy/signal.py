@@ -12,6 +12,7 @@ import numpy as np
 
 from funcgrad import lax
 from funcgrad import numpy as jnp
+from funcgrad.core.dtypes import dtype_kind
 
 __all__ = ["convolve", "convolve2d", "correlate", "correlate2d", "detrend", "fftconvolve"]
 
@@ -22,7 +23,7 @@ def _inexact(*xs):
     xs = [x if hasattr(x, "dtype") or isinstance(x, (int, float, complex)) else
           jnp.asarray(x) for x in xs]
     dt = jnp.result_type(*xs)   # Python scalars are weak: they take the arrays' dtype
-    if dt.kind not in "fc":
+    if dtype_kind(dt) not in "fc":
         dt = np.dtype(np.float32)
     arrs = [jnp.asarray(x, dt) for x in xs]
     return arrs

@@ -16,6 +16,7 @@ import numpy as np
 
 from funcgrad import lax
 from funcgrad import numpy as jnp
+from funcgrad.core.dtypes import dtype_kind
 from funcgrad.nn import log_softmax, softmax
 from funcgrad.transforms.ad import stop_gradient
 from funcgrad.transforms.custom import custom_jvp
@@ -33,7 +34,7 @@ def _inexact(*xs):
     xs = [x if hasattr(x, "dtype") or isinstance(x, (int, float, complex)) else
           jnp.asarray(x) for x in xs]
     dt = jnp.result_type(*xs)   # Python scalars are weak: they take the arrays' dtype
-    if dt.kind not in "fc":
+    if dtype_kind(dt) not in "fc":
         dt = np.dtype(np.float32)
     arrs = [jnp.asarray(x, dt) for x in xs]
     return arrs if len(arrs) > 1 else arrs[0]

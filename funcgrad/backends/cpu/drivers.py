@@ -32,6 +32,7 @@ from funcgrad.backends import kernel_files
 from funcgrad.backends.cpu import kernels as cpu_kernels, ops as cpu_ops, rows as cpu_rows
 from funcgrad.backends.cpu.ops import nbt
 from funcgrad.core import Lit, ShapedArray
+from funcgrad.core.dtypes import dtype_kind
 
 _OPTS = 'cache=True, nogil=True, error_model="numpy"'
 # a while_loop's driver returns to Python after this many iterations and is called again with
@@ -56,7 +57,7 @@ def _dslice_ok(s) -> bool:
     """dynamic_slice of an array at rank-0 integer starts (a window copied out)."""
     x, *starts = s.ins
     return (not isinstance(x, Lit) and x.aval.ndim > 0 and s.outs[0].aval.size > 0
-            and all(st.aval.ndim == 0 and st.aval.dtype.kind in "iu"
+            and all(st.aval.ndim == 0 and dtype_kind(st.aval.dtype) in "iu"
                     and st.aval.dtype != np.uint64 for st in starts))
 
 
@@ -78,9 +79,9 @@ def _sum_kind(s):
     a, axes = x.aval, tuple(s.eqn.params["axes"])
     if isinstance(x, Lit) or not a.size or not axes:
         return None
-    if a.dtype.kind in "iu":
+    if dtype_kind(a.dtype) in "iu":
         return "ints"
-    if a.dtype.kind != "f":
+    if dtype_kind(a.dtype) != "f":
         return None
     if axes == (a.ndim - 1,) and cpu_rows.rows_ok(a):
         return "rows"
@@ -96,7 +97,7 @@ def _choose_ok(s) -> bool:
     """reduce_max / reduce_min of integers and booleans (exact in any order; floats are not:
     numpy's SIMD reductions pick between +0.0 and -0.0 in their own order)."""
     (x,) = s.ins
-    return not isinstance(x, Lit) and x.aval.size > 0 and x.aval.dtype.kind in "iub"
+    return not isinstance(x, Lit) and x.aval.size > 0 and dtype_kind(x.aval.dtype) in "iub"
 
 
 # the numpy steps a driver runs itself: primitive -> whether it can run this step
@@ -223,7 +224,7 @@ class _Source:
         (x,), out = s.ins, s.outs[0]
         a, op, xs = x.aval, _CHOOSE[s.eqn.prim], self.ref[x][0]
         dt = np.dtype(a.dtype)
-        if dt.kind == "b":
+        if dtype_kind(dt) == "b":
             first = op == "<"
         else:
             first = np.iinfo(dt).min if op == ">" else np.iinfo(dt).max

@@ -7,6 +7,10 @@ outside. Sizes are read from the output at run time, so every cluster of the sam
 (each layer of a network) shares one kernel. Kernel source is written once to
 `<cache>/cpu_kernels/fgc_<sha>.py` and imported from there, so numba's `cache=True` keeps the
 machine code on disk for the next process. numba is imported only when a kernel is built.
+
+float16/bfloat16 operands and results travel as their uint16 bits (`kernel_for` wraps the
+kernel to pass those views); each op computes in float32 and rounds to the 16-bit type, as the
+numpy impls do op by op (cpu_ops.half_helpers).
 """
 from __future__ import annotations
 
@@ -44,16 +48,23 @@ def can_fuse(c: Cluster) -> bool:
             compute += 1
         else:
             return False
-        if not cpu_ops.supported(e.out.aval.dtype):
+        if not cpu_ops.fusible(e.out.aval.dtype):
             return False
-        if any(not cpu_ops.supported(x.aval.dtype) for x in e.inputs):
+        if any(not cpu_ops.fusible(x.aval.dtype) for x in e.inputs):
             return False
     return compute > 0
 
 
 def _lit(val, dtype) -> str:
-    """A literal operand in its numba type."""
-    return kernel_files.literal(val, dtype, nbt(np.dtype(dtype)))
+    """A literal operand in its numba type (float32 for the 16-bit floats: its rounded value)."""
+    return kernel_files.literal(val, dtype, cpu_ops.ct(np.dtype(dtype)))
+
+
+def _rounded(h, expr, src_dtype=None) -> str:
+    """A value computed in float32 (float64 for a cast from float64) rounded to the 16-bit
+    float `h` ("bf16"/"f16"), as a float32."""
+    wide = src_dtype is not None and np.dtype(src_dtype) == np.float64
+    return f"rnd_{h}(float64({expr}))" if wide else f"rnd_{h}(float64(float32({expr})))"
 
 
 class FusedSource:
@@ -89,29 +100,38 @@ class FusedSource:
         pname = {v: f"x{k}" for k, v in enumerate(self.inputs)}
         idx = [f"i{d}" for d in range(rank)]
         pre, body, helpers, names = [], [], set(), {}
+        halves = set()   # the 16-bit float formats the kernel touches
         deps = []   # per body line: the indices of the earlier lines it reads
         line_of = {}   # member name -> its line
 
         def read(v, dims_map=None):
             p = pname[v]
-            if v.aval.ndim == 0:
-                return f"{nbt(v.aval.dtype)}({p})"
+            h = cpu_ops.half(v.aval.dtype)
+            conv = f"dec_{h}" if h else nbt(v.aval.dtype)   # 16-bit floats: their bits
+            if h:
+                halves.add(h)
+            if v.aval.ndim == 0:   # (a 16-bit scalar comes as its float32 value)
+                return f"float32({p})" if h else f"{conv}({p})"
             if flat:
-                return f"{nbt(v.aval.dtype)}({p}f[i])"
+                return f"{conv}({p}f[i])"
             if dims_map is None:
                 at = idx
             else:
                 at = [idx[d] if v.aval.shape[j] != 1 else "0" for j, d in enumerate(dims_map)]
-            return f"{nbt(v.aval.dtype)}({p}[{', '.join(at)}])"
+            return f"{conv}({p}[{', '.join(at)}])"
 
         for k, e in enumerate(c.eqns):
             dt = e.out.aval.dtype
+            h = cpu_ops.half(dt)
+            if h:
+                halves.add(h)
             out = f"t{k}"
             deps.append({line_of[names[x]] for x in e.inputs
                          if isinstance(x, Var) and x in names})
             line_of[out] = len(body)
             if e.prim is P.iota_p:
-                body.append(f"{out} = {nbt(dt)}({idx[e.params['dimension']]})")
+                body.append(f"{out} = {_rounded(h, idx[e.params['dimension']])}" if h else
+                            f"{out} = {nbt(dt)}({idx[e.params['dimension']]})")
             elif e.prim is P.broadcast_in_dim_p:
                 x = e.inputs[0]
                 if isinstance(x, Lit):
@@ -133,15 +153,20 @@ class FusedSource:
                 expr, used = cpu_ops.scalar(e.prim.name, args, src_dt, dt, e.params)
                 helpers |= used
                 # each value is cast to its dtype, so integers wrap at every step as in numpy
-                body.append(f"{out} = {nbt(dt)}({expr})")
+                if h:   # float32 arithmetic rounded to the 16-bit type, op by op
+                    wide = src_dt if e.prim is P.convert_element_type_p else None
+                    body.append(f"{out} = {_rounded(h, expr, wide)}")
+                else:
+                    body.append(f"{out} = {nbt(dt)}({expr})")
             names[e.out] = out
         outs = [pname[self.into[j]] if j in self.into else f"o{j}"
                 for j in range(len(c.outputs))]
         stores = []
         for j, o in enumerate(c.outputs):
             at = "()" if rank == 0 else ("i" if flat else ", ".join(idx))
+            ho = cpu_ops.half(o.aval.dtype)
             stores.append(f"{outs[j]}{'f' if flat else ''}[{at}] = "
-                          f"{nbt(o.aval.dtype)}({names[o]})")
+                          f"{f'bits_{ho}' if ho else nbt(o.aval.dtype)}({names[o]})")
         split = rank > 0 and not flat and _split_stores(c.eqns, [line_of[names[o]]
                                                                  for o in c.outputs], deps)
         if split:
@@ -176,8 +201,8 @@ class FusedSource:
         fn += "".join(f"    {ln}\n" for ln in pre + lines)
         # the parts, for modules that hold several kernels (cpu_drivers): the helpers it
         # calls ((name, compute type) pairs) and the kernel function alone
-        self.helpers, self.function = helpers, fn
-        return cpu_ops.helper_source(helpers) + fn
+        self.helpers, self.function, self.halves = helpers, fn, halves
+        return cpu_ops.half_helpers(halves) + cpu_ops.helper_source(helpers) + fn
 
 
 def _split_stores(eqns, out_lines, deps):
@@ -248,4 +273,32 @@ def kernel_for(cluster: Cluster, into: dict | None = None):
     fs = FusedSource(cluster, into)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")   # numba's deprecation/performance notes are not ours
-        return module_from_source(fs.source).kernel, fs
+        k = module_from_source(fs.source).kernel
+    return (_bits_view(k, fs) if fs.halves else k), fs
+
+
+def _bits_view(kernel, fs):
+    """The kernel called with its 16-bit float arrays as uint16 views of their bits (rank-0
+    operands, passed by value, as float32 scalars); other arguments as they are."""
+    n_out = len(fs.cluster.outputs) - len(fs.into)
+    avals = [v.aval for v in fs.inputs] + [o.aval for j, o in enumerate(fs.cluster.outputs)
+                                           if j not in fs.into][:n_out]
+    conv = []
+    for a in avals:
+        if not cpu_ops.half(a.dtype):
+            conv.append(None)
+        elif a.ndim == 0 and len(conv) < len(fs.inputs):
+            conv.append(np.float32)
+        else:
+            conv.append(_as_bits)
+    if not any(conv):
+        return kernel
+
+    def run(*args):
+        return kernel(*[c(a) if c is not None else a for c, a in zip(conv, args)],
+                      *args[len(conv):])
+    return run
+
+
+def _as_bits(a):
+    return a.view(np.uint16)

@@ -29,9 +29,14 @@ import numpy as np
 
 from funcgrad import prims as P
 from funcgrad.core import Expr, Lit, Var, bind, eqn_tag, new_builder, source_info
+from funcgrad.core.dtypes import bfloat16, dtype_kind
 from funcgrad.prims import rows as F
 
 _RED = {P.reduce_sum_p: "sum", P.reduce_max_p: "max"}
+
+
+F32 = np.dtype(np.float32)
+HALF = (np.dtype(np.float16), bfloat16)   # means of these accumulate in float32 (jnp.mean)
 
 
 class _Matcher:
@@ -90,7 +95,14 @@ class _Matcher:
         return r if x is None or r is x else None
 
     def mean_of(self, w):
-        """r if w = sum(r, last) / n (or * 1/n), else None."""
+        """r if w = sum(r, last) / n (or * 1/n), else None; a 16-bit float r's mean as jnp
+        writes it (sum of float32(r), / n, rounded back to r's dtype) counts too."""
+        c16 = self.eqn(w, P.convert_element_type_p)
+        if c16 is not None and c16.out.aval.dtype in HALF and c16.inputs[0].aval.dtype == F32:
+            r = self.mean_of(c16.inputs[0])
+            e = self.eqn(r, P.convert_element_type_p) if r is not None else None
+            return e.inputs[0] if e is not None and e.inputs[0].aval.dtype == w.aval.dtype \
+                else None
         for prim in (P.div_p, P.mul_p):
             e = self.eqn(w, prim)
             if e is None:
@@ -361,7 +373,7 @@ class _Matcher:
 
 def _match(m, e):
     """(prim, operands, params) replacing eqn e, or None."""
-    if e.out.aval.dtype.kind != "f":
+    if dtype_kind(e.out.aval.dtype) != "f":
         return None
     if e.prim is P.sub_p or e.prim is P.neg_p:
         xy = m.xent(e.out)       # loss[...] = logsumexp(x[..., :]) - x[..., y]

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from funcgrad import numpy as jnp
+from funcgrad.core.dtypes import dtype_kind
 
 
 def promote(*xs):
@@ -12,7 +13,7 @@ def promote(*xs):
     xs = [x if hasattr(x, "dtype") or isinstance(x, (int, float, complex)) else
           jnp.asarray(x) for x in xs]
     dt = jnp.result_type(*xs)   # Python scalars are weak: they take the arrays' dtype
-    if dt.kind not in "fc":
+    if dtype_kind(dt) not in "fc":
         dt = np.dtype(np.float32)
     arrs = [jnp.asarray(x, dt) for x in xs]
     return arrs if len(arrs) > 1 else arrs[0]

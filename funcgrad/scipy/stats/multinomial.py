@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from funcgrad import numpy as jnp
+from funcgrad.core.dtypes import dtype_kind
 from funcgrad.scipy.special import gammaln, xlogy
 from funcgrad.scipy.stats._common import promote
 
@@ -27,7 +28,7 @@ def logpmf(x, n, p):
     """
     p = promote(p)
     x, n = jnp.asarray(x), jnp.asarray(n)
-    if x.dtype.kind not in "iu" or n.dtype.kind not in "iu":
+    if dtype_kind(x.dtype) not in "iu" or dtype_kind(n.dtype) not in "iu":
         raise ValueError(f"x and n must be of integer type; got x.dtype={x.dtype}, "
                          f"n.dtype={n.dtype}")
     x = jnp.asarray(x, p.dtype)
