@@ -16,7 +16,8 @@ operands merge into attention_bwd (funcgrad/prims/attention_bwd.py: one pass on 
 impls walk the queries in chunks, so memory grows with T, not T x S. The rules of the three
 backward primitives (their own vjp and jvp, for higher-order derivatives) differentiate a
 composed reference written with funcgrad.numpy: those materialize T x S, and only second-order
-use pays for it. float16 operands compute in float32; the stats are float32 for them. The CUDA
+use pays for it. float16 and bfloat16 operands compute in float32; the stats are float32 for
+them. The CUDA
 kernels live in funcgrad/cuda/attention.py.
 """
 from __future__ import annotations
@@ -28,6 +29,7 @@ import numpy as np
 from funcgrad import prims as P
 from funcgrad.config import canonical_precision, config
 from funcgrad.core import ShapedArray, bind, defprim, is_float, type_error
+from funcgrad.core.dtypes import is_half
 
 MAX_HEAD_DIM = 128   # the kernels keep a query/key row in registers
 _CHUNK = 128         # query rows per step of the numpy impls
@@ -57,7 +59,7 @@ def _check_qkv(name, q, k, v, extra=()):
 
 
 def _stats_dtype(dtype):
-    return np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
+    return np.dtype(np.float32) if is_half(dtype) else np.dtype(dtype)
 
 
 def _expect(name, what, got, shape, dtype, avals):
@@ -101,7 +103,7 @@ def _dkv_shape(q, k, v, do, stats, *, scale, causal, precision=None):
 # ---------------------------------------------------------------------------------------------
 
 def _acc(x):
-    return x.astype(np.float32) if x.dtype == np.float16 else x
+    return x.astype(np.float32) if is_half(x.dtype) else x
 
 
 def _expand(x, n):

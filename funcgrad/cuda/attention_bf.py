@@ -1,0 +1,458 @@
+"""Source generator of the bfloat16 tensor-core flash-attention kernels (fwd, stats, dq, dkv).
+
+bfloat16 q / k / v / do on `mma.sync.m16n8k16` (funcgrad/cuda/mma.py: bf16 pairs packed in
+32-bit registers, float32 accumulators), the TF32 kernels' scheme (attention_tc.py): a warp
+owns 16 rows, the other side streams through shared memory, the softmax statistics (lse,
+delta) stay float32. Every tile is stored [row][dim] as packed pairs, a row D / 2 + 4 words
+apart (conflict-free fragment loads). The first product of a tile (rows . streamed^T, the
+contraction over dims) reads 32-bit words; the second (probabilities . values, dS . K,
+P^T . dO, dS^T . Q) takes its A operand from the first product's accumulators (two 16 x 8
+accumulator tiles are one 16 x 16 A fragment: no permutation) packed to bf16 (cvt.rn), and its
+B operand (contraction over the streamed rows) as two 16-bit loads a register (the row
+layout, no transposed copy). Lines are generated fully unrolled: accumulators and fragments
+are scalars, so they live in registers.
+
+Global operands are read as uint32 pairs where every row starts 4-byte aligned with unit
+column stride and even width ("pair" mode, attention_bfl checks), else as uint16 elements
+through their strides. Outputs: o and dq bf16 through a row and a head stride; dkv's float32
+partials [GS, B, S, K, H + Hv] (a key head's query heads over GS blocks), which
+`sum_source`'s kernel adds in head order and rounds to bf16 (deterministic, one rounding);
+stats writes (lse, delta) float32 rows as attention_stats' layout. The simulator runs the same
+source with Python stand-ins for the intrinsics (SIM_SOURCE, one warp a block).
+"""
+from __future__ import annotations
+
+SIM_CONFIG = (1, 16)   # the simulator: one warp (the emulated mma needs the whole warp)
+MODES = ("fwd", "stats", "dq", "dkv")
+# (warps, streamed rows) in order of preference; the first whose shared memory fits the budget
+GPU_CONFIGS = {"fwd": [(4, 64), (4, 32), (2, 32), (1, 16)],
+               "stats": [(4, 64), (4, 32), (2, 32), (1, 16)],
+               "dq": [(4, 64), (4, 32), (2, 32), (1, 16)],
+               "dkv": [(4, 32), (4, 16), (2, 32), (1, 16)]}
+BY_DIM: dict = {}   # (mode, padded head dim) -> a preference list measured to beat GPU_CONFIGS'
+DEFAULT_SMEM = 48 * 1024
+BUDGET = 113 * 1024   # two blocks an SM (attention_tc.budget)
+LOAD_WORDS = 16   # words a thread's batch of tile loads brings (issued before their stores)
+
+SIM_SOURCE = """
+import numpy as np
+
+
+@cuda.jit(device=True)
+def u2f(x):
+    return float32(np.array(int(x) & 0xFFFFFFFF, np.uint32).view(np.float32))
+
+
+@cuda.jit(device=True)
+def _bits(x):
+    b = int(np.array(x, np.float32).view(np.uint32))
+    if (b & 0x7F800000) == 0x7F800000 and (b & 0x7FFFFF):
+        return ((b >> 16) | 0x40) & 0xFFFF
+    return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) & 0xFFFF
+
+
+@cuda.jit(device=True)
+def pack_bf16(lo, hi):
+    return uint32(_bits(lo) | (_bits(hi) << 16))
+
+
+@cuda.jit(device=True)
+def mma_bf16(scr, lane, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+    g = lane // 4
+    t = lane - g * 4
+    for r, x in ((g * 16 + 2 * t, a0), ((g + 8) * 16 + 2 * t, a1), (g * 16 + 2 * t + 8, a2),
+                 ((g + 8) * 16 + 2 * t + 8, a3)):
+        scr[r] = u2f(uint32(x) << 16)
+        scr[r + 1] = u2f(uint32(x) & 0xFFFF0000)
+    for k, x in ((2 * t, b0), (2 * t + 8, b1)):
+        scr[256 + k * 8 + g] = u2f(uint32(x) << 16)
+        scr[256 + (k + 1) * 8 + g] = u2f(uint32(x) & 0xFFFF0000)
+    cuda.syncthreads()
+    d0, d1, d2, d3 = c0, c1, c2, c3
+    for k in range(16):
+        d0 += scr[g * 16 + k] * scr[256 + k * 8 + 2 * t]
+        d1 += scr[g * 16 + k] * scr[256 + k * 8 + 2 * t + 1]
+        d2 += scr[(g + 8) * 16 + k] * scr[256 + k * 8 + 2 * t]
+        d3 += scr[(g + 8) * 16 + k] * scr[256 + k * 8 + 2 * t + 1]
+    cuda.syncthreads()
+    return float32(d0), float32(d1), float32(d2), float32(d3)
+"""
+
+
+def row_words(D):
+    """Words between two rows of a tile: D / 2 pairs and 4 words of padding."""
+    return D // 2 + 4
+
+
+def smem_bytes(mode, D, cfg):
+    """Dynamic shared-memory bytes of one block of `mode` at padded head dim D."""
+    W, BC = cfg
+    BR, RW = 16 * W, row_words(D)
+    words = {"fwd": (BR + 2 * BC) * RW, "stats": (BR + BC) * RW,
+             "dq": (2 * BR + 2 * BC) * RW, "dkv": (2 * BR + 2 * BC) * RW + 2 * BC}[mode]
+    return 4 * words
+
+
+def pick_config(mode, D, sim, limit):
+    """(warps, streamed rows) for `mode` at padded head dim D (a multiple of 16), or None."""
+    if sim:
+        return SIM_CONFIG
+    prefs = BY_DIM.get((mode, D), GPU_CONFIGS[mode])
+    for cap in (min(limit, BUDGET), limit):
+        for cfg in prefs:
+            if smem_bytes(mode, D, cfg) <= cap:
+                return tuple(cfg)
+    return None
+
+
+class _Gen:
+    def __init__(self, mode, D, cfg, sim, pair):
+        self.mode, self.D, self.sim, self.pair = mode, D, sim, pair
+        self.W, self.BC = cfg
+        self.BR, self.NT, self.RW = 16 * self.W, 32 * self.W, row_words(D)
+        self.DW, self.DK, self.DN, self.NJ = D // 2, D // 16, D // 8, self.BC // 8
+        self.L: list[str] = []
+
+    def emit(self, ind, *lines):
+        self.L += [("    " * ind) + x for x in lines]
+
+    def mma(self, ind, a, b, c):
+        pre = "scr, lane, " if self.sim else ""
+        self.emit(ind, f"{', '.join(c)} = mma_bf16({pre}{', '.join(a + b + c)})")
+
+    # -- tiles ---------------------------------------------------------------------------
+
+    def load(self, ind, r0, limit, NR, ops):
+        """sw[base + r RW + c] = the pair (2c, 2c + 1) of op[b, r0 + r, head, :] (0 outside
+        [0, limit) x [0, width)), r < NR, c < D / 2, for each (op, head, width, base)."""
+        DW, NT, RW = self.DW, self.NT, self.RW
+        items = NR * DW
+        if NT % DW == 0 and NR % (NT // DW) == 0:   # a thread: one column, rows NT / DW apart
+            rs = NT // DW
+            steps = [(f"ldr + {k * rs}", "ldc") for k in range(NR // rs)]
+            self.emit(ind, f"ldr = tid // {DW}", f"ldc = tid - ldr * {DW}")
+        elif DW % NT == 0:   # a thread: columns NT apart in every row
+            per = DW // NT
+            steps = [(f"{k // per}", f"tid + {(k % per) * NT}") for k in range(NR * per)]
+        else:
+            self.emit(ind, f"for i in range(tid, {items}, {NT}):", f"    r = i // {DW}",
+                      f"    c = i - r * {DW}")
+            for op, head, width, base in ops:
+                self.emit(ind + 1, *self._ld(op, head, width, "x", "r", "c", r0, limit),
+                          f"sw[uint64({base} + r * {RW} + c)] = x")
+            return
+        un = max(1, LOAD_WORDS // len(ops))
+        for s0 in range(0, len(steps), un):
+            batch = steps[s0:s0 + un]
+            for k, (r, c) in enumerate(batch):
+                for op, head, width, _ in ops:
+                    self.emit(ind, *self._ld(op, head, width, f"lx{op}{k}", f"({r})", f"({c})",
+                                             r0, limit))
+            for k, (r, c) in enumerate(batch):
+                for op, _, _, base in ops:
+                    self.emit(ind, f"sw[uint64({base} + ({r}) * {RW} + {c})] = lx{op}{k}")
+
+    def _ld(self, op, head, width, x, r, c, r0, limit):
+        """Lines setting x (uint32) to op's pair (2c, 2c + 1) of row r0 + r (zeros outside)."""
+        A = op.upper()
+        lines = [f"{x} = uint32(0)", f"if {r0} + {r} < {limit}:"]
+        if self.pair:   # op: uint32 pairs, offsets and strides in pairs, width in elements
+            lines += [f"    if {c} * 2 < {width}:",
+                      (f"        {x} = {A}a[uint64({op}o + b * {op}s0 + ({r0} + {r}) * "
+                       f"{op}s1 + {head} * {op}s2 + {c})]")]
+            return lines
+        at = f"{op}o + b * {op}s0 + ({r0} + {r}) * {op}s1 + {head} * {op}s2"
+        return lines + [f"    if {c} * 2 < {width}:",
+                        f"        {x} = uint32({A}a[uint64({at} + {c} * 2 * {op}s3)])",
+                        f"    if {c} * 2 + 1 < {width}:",
+                        (f"        {x} = {x} | (uint32({A}a[uint64({at} + ({c} * 2 + 1) * "
+                         f"{op}s3)]) << uint32(16))")]
+
+    # -- products ------------------------------------------------------------------------
+
+    def frags(self, ind, name, base, kk):
+        """name0..3 = the A fragment (this warp's 16 rows, dims 16 kk ..) of the tile at base."""
+        RW = self.RW
+        p = f"{base} + (wr0 + g) * {RW} + {kk * 8} + t"
+        self.emit(ind, f"{name}0 = sw[uint64({p})]", f"{name}1 = sw[uint64({p} + {8 * RW})]",
+                  f"{name}2 = sw[uint64({p} + 4)]", f"{name}3 = sw[uint64({p} + {8 * RW + 4})]")
+
+    def zero(self, ind, name, n):
+        self.emit(ind, *(f"{name}{j}_{e} = float32(0)" for j in range(n) for e in range(4)))
+
+    def prod_rows(self, ind, acc, abase, bbase, cached=None):
+        """acc{j}_e (16 x 8 each) = rows[wr0 ..] . streamed[8 j ..]^T over the dims; the A
+        fragments from registers (cached: their name prefix) or shared memory."""
+        RW = self.RW
+        self.zero(ind, acc, self.NJ)
+        for kk in range(self.DK):
+            a = f"{cached}{kk}_" if cached else "fa"
+            if not cached:
+                self.frags(ind, "fa", abase, kk)
+            for j in range(self.NJ):
+                p = f"{bbase} + ({j * 8} + g) * {RW} + {kk * 8} + t"
+                self.emit(ind, f"fb0 = sw[uint64({p})]", f"fb1 = sw[uint64({p} + 4)]")
+                self.mma(ind, [f"{a}{i}" for i in range(4)], ["fb0", "fb1"],
+                         [f"{acc}{j}_{e}" for e in range(4)])
+
+    def prod_out(self, ind, out, src, bbase):
+        """out{dn}_e += src (16 x BC, accumulator layout) . streamed[BC x D] (its rows the
+        contraction: two 16-bit loads a B register)."""
+        RH = 2 * self.RW
+        for kb in range(self.BC // 16):
+            j0, j1 = 2 * kb, 2 * kb + 1
+            self.emit(ind, f"pa0 = pack_bf16({src}{j0}_0, {src}{j0}_1)",
+                      f"pa1 = pack_bf16({src}{j0}_2, {src}{j0}_3)",
+                      f"pa2 = pack_bf16({src}{j1}_0, {src}{j1}_1)",
+                      f"pa3 = pack_bf16({src}{j1}_2, {src}{j1}_3)",
+                      f"hb = {2 * bbase} + ({kb * 16} + 2 * t) * {RH} + g")
+            for dn in range(self.DN):
+                h = f"hb + {dn * 8}"
+                self.emit(ind, f"pb0 = uint32(sh[uint64({h})]) | (uint32(sh[uint64({h} + {RH})])"
+                          " << uint32(16))",
+                          f"pb1 = uint32(sh[uint64({h} + {8 * RH})]) | "
+                          f"(uint32(sh[uint64({h} + {9 * RH})]) << uint32(16))")
+                self.mma(ind, ["pa0", "pa1", "pa2", "pa3"], ["pb0", "pb1"],
+                         [f"{out}{dn}_{e}" for e in range(4)])
+
+    def group(self, ind, var, op):
+        """var <- the max / sum of var over the four lanes of its row (t = 0..3)."""
+        comb = (lambda a, b: f"max({a}, {b})") if op == "max" else (lambda a, b: f"{a} + {b}")
+        if not self.sim:
+            for off in (1, 2):
+                self.emit(ind, f"{var} = "
+                          f"{comb(var, f'cuda.shfl_xor_sync(0xffffffff, {var}, {off})')}")
+            return
+        self.emit(ind, f"red[lane] = {var}", "cuda.syncthreads()", "v_ = red[g * 4]",
+                  "for u in range(1, 4):", f"    v_ = {comb('v_', 'red[g * 4 + u]')}",
+                  "cuda.syncthreads()", f"{var} = v_")
+
+    def entries(self):
+        """(j, e, column expression, row selector 0 / 1) of this lane's accumulator entries."""
+        return [(j, e, f"c0 + {j * 8 + (e & 1)} + 2 * t", e // 2)
+                for j in range(self.NJ) for e in range(4)]
+
+    # -- kernel frame --------------------------------------------------------------------
+
+    def header(self, ops, extra, out, tail=""):
+        args = ", ".join(f"{x.upper()}a, {x}o, {x}s0, {x}s1, {x}s2, {x}s3" for x in ops)
+        self.emit(0, "", "@cuda.jit(OPTS)",
+                  f"def kernel({args}{extra}, {out}, T, S, N, G, H, HV, causal, scale_{tail}):")
+        align = "" if self.sim else ", alignment=16"
+        self.emit(1, f"sw = cuda.shared.array(0, uint32{align})",
+                  f"sh = cuda.shared.array(0, uint16{align})",
+                  f"sf = cuda.shared.array(0, float32{align})")
+        if self.sim:
+            self.emit(1, "scr = cuda.shared.array(384, float32)",
+                      "red = cuda.shared.array(32, float32)")
+        self.emit(1, "tid = cuda.threadIdx.x", "w = tid // 32", "lane = tid - w * 32",
+                  "g = lane // 4", "t = lane - g * 4", "wr0 = w * 16", "sc = float32(scale_)",
+                  "NEG = float32(-math.inf)", "POS = float32(math.inf)")
+
+    def query_rows(self):
+        self.emit(1, "bn = cuda.blockIdx.x", "b = bn // N", "n = bn - b * N", "kh = n // G",
+                  f"row0 = (cuda.gridDim.y - 1 - cuda.blockIdx.y) * {self.BR}",
+                  f"lim = min(S, row0 + {self.BR}) if causal else S",
+                  "rowA = row0 + wr0 + g", "rowB = rowA + 8")
+
+    def store_bf(self, ind, acc, rows, width, coeff=""):
+        """O[base(row) + d] = bf16(acc * coeff), d < width, for (row, e0) in rows."""
+        for row, e0 in rows:
+            self.emit(ind, f"if {row} < T:", f"    ob = oo + (b * T + {row}) * ors + n * ohs")
+            for dn in range(self.DN):
+                self.emit(ind + 1, f"pw = pack_bf16({acc}{dn}_{e0}{coeff}, "
+                          f"{acc}{dn}_{e0 + 1}{coeff})",
+                          f"if {dn * 8} + 2 * t < {width}:",
+                          f"    Oa[uint64(ob + {dn * 8} + 2 * t)] = uint16(pw & uint32(65535))",
+                          f"if {dn * 8} + 2 * t + 1 < {width}:",
+                          f"    Oa[uint64(ob + {dn * 8} + 2 * t + 1)] = uint16(pw >> uint32(16))")
+
+
+def _softmax_tile(g, with_o):
+    """The online softmax step of a tile's scores s (fwd, stats)."""
+    g.emit(2, "mx0 = NEG", "mx1 = NEG")
+    for j, e, col, r in g.entries():
+        row = "rowB" if r else "rowA"
+        g.emit(2, f"x = s{j}_{e} * sc", f"if {col} >= S or (causal and {col} > {row}):",
+               "    x = NEG", f"s{j}_{e} = x", f"mx{r} = max(mx{r}, x)")
+    g.group(2, "mx0", "max")
+    g.group(2, "mx1", "max")
+    g.emit(2, "mn0 = max(m0, mx0)", "mu0 = mn0 if mn0 > NEG else float32(0)",
+           "al0 = math.exp(m0 - mu0)", "m0 = mn0", "mn1 = max(m1, mx1)",
+           "mu1 = mn1 if mn1 > NEG else float32(0)", "al1 = math.exp(m1 - mu1)", "m1 = mn1",
+           "ls0 = float32(0)", "ls1 = float32(0)")
+    for j, e, _, r in g.entries():
+        g.emit(2, f"s{j}_{e} = math.exp(s{j}_{e} - mu{r})", f"ls{r} += s{j}_{e}")
+    g.emit(2, "l0 = l0 * al0 + ls0", "l1 = l1 * al1 + ls1")
+    if with_o:
+        for dn in range(g.DN):
+            g.emit(2, f"o{dn}_0 *= al0", f"o{dn}_1 *= al0", f"o{dn}_2 *= al1",
+                   f"o{dn}_3 *= al1")
+
+
+def _fwd(g):
+    BR, BC, RW = g.BR, g.BC, g.RW
+    QB, KB, VB = 0, BR * RW, (BR + BC) * RW
+    g.header(["q", "k", "v"], "", "Oa, oo, ors, ohs")
+    g.query_rows()
+    g.load(1, "row0", "T", BR, [("q", "n", "H", QB)])
+    g.emit(1, "cuda.syncthreads()")
+    for kk in range(g.DK):   # this warp's query fragments stay in registers
+        g.frags(1, f"q{kk}_", QB, kk)
+    g.zero(1, "o", g.DN)
+    g.emit(1, "m0 = NEG", "m1 = NEG", "l0 = float32(0)", "l1 = float32(0)",
+           f"for c0 in range(0, lim, {BC}):", "    cuda.syncthreads()")
+    g.load(2, "c0", "S", BC, [("k", "kh", "H", KB), ("v", "kh", "HV", VB)])
+    g.emit(2, "cuda.syncthreads()")
+    g.prod_rows(2, "s", QB, KB, cached="q")
+    _softmax_tile(g, True)
+    g.prod_out(2, "o", "s", VB)
+    g.group(1, "l0", "sum")
+    g.group(1, "l1", "sum")
+    g.emit(1, "inv0 = float32(1) / l0 if l0 > 0 else float32(0)",
+           "inv1 = float32(1) / l1 if l1 > 0 else float32(0)")
+    g.store_bf(1, "o", [("rowA", 0)], "HV", " * inv0")
+    g.store_bf(1, "o", [("rowB", 2)], "HV", " * inv1")
+
+
+def _stats(g):
+    """attention_stats: the rows' logsumexp (fwd without P . V) and delta = sum(o * do)."""
+    BR, BC, RW = g.BR, g.BC, g.RW
+    QB, KB = 0, BR * RW
+    g.header(["q", "k", "o", "g"], "", "ST, sto")
+    g.query_rows()
+    g.load(1, "row0", "T", BR, [("q", "n", "H", QB)])
+    g.emit(1, "cuda.syncthreads()")
+    for kk in range(g.DK):
+        g.frags(1, f"q{kk}_", QB, kk)
+    g.emit(1, "m0 = NEG", "m1 = NEG", "l0 = float32(0)", "l1 = float32(0)",
+           f"for c0 in range(0, lim, {BC}):", "    cuda.syncthreads()")
+    g.load(2, "c0", "S", BC, [("k", "kh", "H", KB)])
+    g.emit(2, "cuda.syncthreads()")
+    g.prod_rows(2, "s", QB, KB, cached="q")
+    _softmax_tile(g, False)
+    g.group(1, "l0", "sum")
+    g.group(1, "l1", "sum")
+    for row, m, l_ in (("rowA", "m0", "l0"), ("rowB", "m1", "l1")):
+        g.emit(1, f"if t == 0 and {row} < T:",
+               f"    ST[uint64(sto + ((b * N + n) * T + {row}) * 2)] = "
+               f"float32({m} + math.log({l_})) if {l_} > 0 else NEG")
+    # delta: a thread a row, o and do as uint16 elements through their strides
+    g.emit(1, f"for r in range(tid, {BR}, {g.NT}):", "    row = row0 + r", "    if row < T:",
+           "        ob = oo + b * os0 + row * os1 + n * os2",
+           "        gb = go + b * gs0 + row * gs1 + n * gs2", "        acc = float32(0)",
+           "        for d in range(HV):",
+           "            x = u2f(uint32(Oa[uint64(ob + d * os3)]) << uint32(16))",
+           "            y = u2f(uint32(Ga[uint64(gb + d * gs3)]) << uint32(16))",
+           "            acc += x * y",
+           "        ST[uint64(sto + ((b * N + n) * T + row) * 2 + 1)] = acc")
+
+
+def _dq(g):
+    BR, BC, RW = g.BR, g.BC, g.RW
+    QB, GB, KB = 0, BR * RW, 2 * BR * RW
+    VB = KB + BC * RW
+    g.header(["q", "k", "v", "g"], ", ST, sto", "Oa, oo, ors, ohs")
+    g.query_rows()
+    g.load(1, "row0", "T", BR, [("q", "n", "H", QB), ("g", "n", "HV", GB)])
+    for i, row in ((0, "rowA"), (1, "rowB")):   # -inf logsumexp -> +inf: probabilities 0
+        g.emit(1, f"lse{i} = POS", f"dl{i} = float32(0)", f"if {row} < T:",
+               f"    sti = sto + ((b * N + n) * T + {row}) * 2", "    x = float32(ST[sti])",
+               f"    lse{i} = POS if x == NEG else x", f"    dl{i} = float32(ST[sti + 1])")
+    g.zero(1, "dq", g.DN)
+    g.emit(1, f"for c0 in range(0, lim, {BC}):", "    cuda.syncthreads()")
+    g.load(2, "c0", "S", BC, [("k", "kh", "H", KB), ("v", "kh", "HV", VB)])
+    g.emit(2, "cuda.syncthreads()")
+    g.prod_rows(2, "s", QB, KB)
+    g.prod_rows(2, "p", GB, VB)
+    for j, e, col, r in g.entries():   # dS = P (dP - delta)
+        row = "rowB" if r else "rowA"
+        g.emit(2, f"x = math.exp(s{j}_{e} * sc - lse{r})",
+               f"if {col} >= S or (causal and {col} > {row}):", "    x = float32(0)",
+               f"s{j}_{e} = x * (p{j}_{e} - dl{r})")
+    g.prod_out(2, "dq", "s", KB)
+    g.store_bf(1, "dq", [("rowA", 0), ("rowB", 2)], "H", " * sc")
+
+
+def _dkv(g):
+    """dK, dV partials (float32) of BR key rows over the query heads gs G / GS .. (gs + 1) G /
+    GS of their key head, summed head by head, query tile by query tile."""
+    BR, BC, RW = g.BR, g.BC, g.RW
+    KB, VB, QB = 0, BR * RW, 2 * BR * RW
+    GB = QB + BC * RW
+    LB = GB + BC * RW
+    g.header(["q", "k", "v", "g"], ", ST, sto", "P, po", ", GS, PS")
+    g.emit(1, "KH = N // G", "GH = G // GS", "bk = cuda.blockIdx.x", "BK = cuda.gridDim.x // GS",
+           "gs = bk // BK", "bk = bk - gs * BK", "b = bk // KH", "kh = bk - b * KH",
+           f"row0 = cuda.blockIdx.y * {BR}", f"start = (row0 // {BC}) * {BC} if causal else 0",
+           "keyA = row0 + wr0 + g", "keyB = keyA + 8")
+    g.load(1, "row0", "S", BR, [("k", "kh", "H", KB), ("v", "kh", "HV", VB)])
+    g.zero(1, "dk", g.DN)
+    g.zero(1, "dv", g.DN)
+    g.emit(1, "for gi in range(GH):", "    n = kh * G + gs * GH + gi",
+           f"    for c0 in range(start, T, {BC}):", "        cuda.syncthreads()")
+    g.load(3, "c0", "T", BC, [("q", "n", "H", QB), ("g", "n", "HV", GB)])
+    g.emit(3, f"for j in range(tid, {BC}, {g.NT}):", "    tq = c0 + j", "    lse_ = POS",
+           "    dl_ = float32(0)", "    if tq < T:",
+           "        sti = sto + ((b * N + n) * T + tq) * 2", "        x = float32(ST[sti])",
+           "        lse_ = POS if x == NEG else x", "        dl_ = float32(ST[sti + 1])",
+           f"    sf[{LB} + j] = lse_", f"    sf[{LB + BC} + j] = dl_", "cuda.syncthreads()")
+    g.prod_rows(3, "s", KB, QB)
+    g.prod_rows(3, "p", VB, GB)
+    for j, e, col, r in g.entries():   # P^T, dS^T (a key sees queries at or after it)
+        key = "keyB" if r else "keyA"
+        li = f"{j * 8 + (e & 1)} + 2 * t"
+        g.emit(3, f"x = math.exp(s{j}_{e} * sc - sf[{LB} + {li}])",
+               f"if causal and {col} < {key}:", "    x = float32(0)", f"s{j}_{e} = x",
+               f"p{j}_{e} = x * (p{j}_{e} - sf[{LB + BC} + {li}])")
+    g.prod_out(3, "dv", "s", GB)
+    g.prod_out(3, "dk", "p", QB)
+    for key, e0 in (("keyA", 0), ("keyB", 2)):
+        g.emit(1, f"if {key} < S:", f"    ob = po + gs * PS + ((b * S + {key}) * KH + kh) * "
+               "(H + HV)")
+        for dn in range(g.DN):
+            for i in range(2):
+                d = f"{dn * 8 + i} + 2 * t"
+                g.emit(2, f"if {d} < H:", f"    P[uint64(ob + {d})] = dk{dn}_{e0 + i} * sc",
+                       f"if {d} < HV:", f"    P[uint64(ob + H + {d})] = dv{dn}_{e0 + i}")
+
+
+SUM_SOURCE = """
+@cuda.jit(OPTS)
+def kernel(P, po, O, ok, ov, rs, hs, K, H, HV, M, GS):
+    i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    step = cuda.gridDim.x * cuda.blockDim.x
+    W = H + HV
+    while i < M:
+        acc = P[uint64(po + i)]
+        for gg in range(1, GS):
+            acc += P[uint64(po + gg * M + i)]
+        bsk = i // W
+        c = i - bsk * W
+        row = bsk // K
+        at = row * rs + (bsk - row * K) * hs
+        if c < H:
+            at += ok + c
+        else:
+            at += ov + c - H
+        O[uint64(at)] = uint16(pack_bf16(acc, float32(0)) & uint32(65535))
+        i += step
+"""
+
+
+def _prelude(sim):
+    return SIM_SOURCE if sim else "from funcgrad.cuda.mma import mma_bf16, pack_bf16, u2f\n"
+
+
+def sum_source(opts, sim):
+    """dkv's partial sum into bf16 dk / dv rows (row stride rs, head stride hs): GS float32
+    terms in order, one rounding."""
+    return _prelude(sim) + SUM_SOURCE.replace("OPTS", opts)
+
+
+def source(mode, D, cfg, sim, opts, pair=False):
+    """Kernel source for `mode` ('fwd', 'stats', 'dq', 'dkv') at padded head dim D (a multiple
+    of 16); pair: q / k / v / do tiles read as uint32 pairs (else uint16 elements)."""
+    g = _Gen(mode, D, cfg, sim, pair)
+    {"fwd": _fwd, "stats": _stats, "dq": _dq, "dkv": _dkv}[mode](g)
+    return _prelude(sim) + "\n".join(g.L).replace("OPTS", opts) + "\n"
