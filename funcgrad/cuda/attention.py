@@ -143,7 +143,7 @@ def _tc_launch(mode, tc, ops, args, tail_of, b, rows, heads):
     configuration needs; where the driver refuses, relaunches under a 48 KB configuration."""
     d, (w, bc) = tc
     vec = _vec_ok(ops)
-    kern = runtime.kernel(("attention_tc", mode, d, w, bc, vec, ATC.FAST_LOADS),
+    kern = runtime.kernel(("attention_tc", mode, d, w, bc, vec, ATC.FAST_LOADS, ATC.PREFETCH),
                           lambda: ATC.source(mode, d, (w, bc), runtime.SIM, runtime.jit_opts(),
                                              vec))
     nbytes = ATC.smem_bytes(mode, d, (w, bc))

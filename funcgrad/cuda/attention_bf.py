@@ -33,6 +33,7 @@ BY_DIM: dict = {}   # (mode, padded head dim) -> a preference list measured to b
 DEFAULT_SMEM = 48 * 1024
 BUDGET = 113 * 1024   # two blocks an SM (attention_tc.budget)
 LOAD_WORDS = 16   # words a thread's batch of tile loads brings (issued before their stores)
+PREFETCH = True   # streamed tiles' loads issued a step ahead (their latency behind the products)
 
 SIM_SOURCE = """
 import numpy as np
@@ -122,35 +123,66 @@ class _Gen:
 
     # -- tiles ---------------------------------------------------------------------------
 
-    def load(self, ind, r0, limit, NR, ops):
+    def load(self, ind, r0, limit, NR, ops, phase=None):
         """sw[base + r RW + c] = the pair (2c, 2c + 1) of op[b, r0 + r, head, :] (0 outside
-        [0, limit) x [0, width)), r < NR, c < D / 2, for each (op, head, width, base)."""
+        [0, limit) x [0, width)), r < NR, c < D / 2, for each (op, head, width, base). phase
+        "issue": only the loads (all of them, into registers), "store": only their stores (a
+        streamed tile prefetched a step ahead); shapes the threads do not tile load whole in
+        the "store" phase."""
         DW, NT, RW = self.DW, self.NT, self.RW
-        items = NR * DW
-        if NT % DW == 0 and NR % (NT // DW) == 0:   # a thread: one column, rows NT / DW apart
-            rs = NT // DW
-            steps = [(f"ldr + {k * rs}", "ldc") for k in range(NR // rs)]
-            self.emit(ind, f"ldr = tid // {DW}", f"ldc = tid - ldr * {DW}")
-        elif DW % NT == 0:   # a thread: columns NT apart in every row
-            per = DW // NT
-            steps = [(f"{k // per}", f"tid + {(k % per) * NT}") for k in range(NR * per)]
-        else:
-            self.emit(ind, f"for i in range(tid, {items}, {NT}):", f"    r = i // {DW}",
+        steps = self.steps(NR)
+        if steps is None:
+            if phase == "issue":
+                return
+            self.emit(ind, f"for i in range(tid, {NR * DW}, {NT}):", f"    r = i // {DW}",
                       f"    c = i - r * {DW}")
             for op, head, width, base in ops:
                 self.emit(ind + 1, *self._ld(op, head, width, "x", "r", "c", r0, limit),
                           f"sw[uint64({base} + r * {RW} + c)] = x")
             return
-        un = max(1, LOAD_WORDS // len(ops))
+        if NT % DW == 0:
+            self.emit(ind, f"ldr = tid // {DW}", f"ldc = tid - ldr * {DW}")
+        un = max(1, LOAD_WORDS // len(ops)) if phase is None else len(steps)
         for s0 in range(0, len(steps), un):
             batch = steps[s0:s0 + un]
-            for k, (r, c) in enumerate(batch):
-                for op, head, width, _ in ops:
-                    self.emit(ind, *self._ld(op, head, width, f"lx{op}{k}", f"({r})", f"({c})",
-                                             r0, limit))
-            for k, (r, c) in enumerate(batch):
-                for op, _, _, base in ops:
-                    self.emit(ind, f"sw[uint64({base} + ({r}) * {RW} + {c})] = lx{op}{k}")
+            if phase != "store":
+                for k, (r, c) in enumerate(batch):
+                    for op, head, width, _ in ops:
+                        self.emit(ind, *self._ld(op, head, width, f"lx{op}{k}", f"({r})",
+                                                 f"({c})", r0, limit))
+            if phase != "issue":
+                for k, (r, c) in enumerate(batch):
+                    for op, _, _, base in ops:
+                        self.emit(ind, f"sw[uint64({base} + ({r}) * {RW} + {c})] = lx{op}{k}")
+
+    def steps(self, NR):
+        """(row, column) expressions of a thread's loads of an NR-row tile, or None (the
+        threads do not tile it: an element loop)."""
+        DW, NT = self.DW, self.NT
+        if NT % DW == 0 and NR % (NT // DW) == 0:   # a thread: one column, rows NT / DW apart
+            rs = NT // DW
+            return [(f"ldr + {k * rs}", "ldc") for k in range(NR // rs)]
+        if DW % NT == 0:   # a thread: columns NT apart in every row
+            per = DW // NT
+            return [(f"{k // per}", f"tid + {(k % per) * NT}") for k in range(NR * per)]
+        return None
+
+    def streamed(self, ind, r0, limit, ops, pre=None):
+        """The streamed tile at rows r0 .. into shared memory (then a barrier): loaded here,
+        or (PREFETCH, a tiled shape) its registers stored and the next tile's loads issued
+        (pre: the first tile's row, the loop's prologue issuing its loads)."""
+        if not (PREFETCH and self.steps(self.BC) is not None):
+            if pre is None:
+                self.load(ind, r0, limit, self.BC, ops)
+                self.emit(ind, "cuda.syncthreads()")
+            return False
+        if pre is not None:
+            self.load(ind, pre, limit, self.BC, ops, "issue")
+            return True
+        self.load(ind, "", limit, self.BC, ops, "store")
+        self.emit(ind, "cuda.syncthreads()")
+        self.load(ind, f"{r0} + {self.BC}", limit, self.BC, ops, "issue")
+        return True
 
     def _ld(self, op, head, width, x, r, c, r0, limit):
         """Lines setting x (uint32) to op's pair (2c, 2c + 1) of row r0 + r (zeros outside)."""
@@ -300,10 +332,11 @@ def _fwd(g):
     for kk in range(g.DK):   # this warp's query fragments stay in registers
         g.frags(1, f"q{kk}_", QB, kk)
     g.zero(1, "o", g.DN)
+    kv = [("k", "kh", "H", KB), ("v", "kh", "HV", VB)]
+    g.streamed(1, None, "S", kv, pre="0")
     g.emit(1, "m0 = NEG", "m1 = NEG", "l0 = float32(0)", "l1 = float32(0)",
            f"for c0 in range(0, lim, {BC}):", "    cuda.syncthreads()")
-    g.load(2, "c0", "S", BC, [("k", "kh", "H", KB), ("v", "kh", "HV", VB)])
-    g.emit(2, "cuda.syncthreads()")
+    g.streamed(2, "c0", "S", kv)
     g.prod_rows(2, "s", QB, KB, cached="q")
     _softmax_tile(g, True)
     g.prod_out(2, "o", "s", VB)
@@ -325,10 +358,11 @@ def _stats(g):
     g.emit(1, "cuda.syncthreads()")
     for kk in range(g.DK):
         g.frags(1, f"q{kk}_", QB, kk)
+    ks = [("k", "kh", "H", KB)]
+    g.streamed(1, None, "S", ks, pre="0")
     g.emit(1, "m0 = NEG", "m1 = NEG", "l0 = float32(0)", "l1 = float32(0)",
            f"for c0 in range(0, lim, {BC}):", "    cuda.syncthreads()")
-    g.load(2, "c0", "S", BC, [("k", "kh", "H", KB)])
-    g.emit(2, "cuda.syncthreads()")
+    g.streamed(2, "c0", "S", ks)
     g.prod_rows(2, "s", QB, KB, cached="q")
     _softmax_tile(g, False)
     g.group(1, "l0", "sum")
@@ -360,9 +394,10 @@ def _dq(g):
                f"    sti = sto + ((b * N + n) * T + {row}) * 2", "    x = float32(ST[sti])",
                f"    lse{i} = POS if x == NEG else x", f"    dl{i} = float32(ST[sti + 1])")
     g.zero(1, "dq", g.DN)
+    kv = [("k", "kh", "H", KB), ("v", "kh", "HV", VB)]
+    g.streamed(1, None, "S", kv, pre="0")
     g.emit(1, f"for c0 in range(0, lim, {BC}):", "    cuda.syncthreads()")
-    g.load(2, "c0", "S", BC, [("k", "kh", "H", KB), ("v", "kh", "HV", VB)])
-    g.emit(2, "cuda.syncthreads()")
+    g.streamed(2, "c0", "S", kv)
     g.prod_rows(2, "s", QB, KB)
     g.prod_rows(2, "p", GB, VB)
     for j, e, col, r in g.entries():   # dS = P (dP - delta)
@@ -372,6 +407,14 @@ def _dq(g):
                f"s{j}_{e} = x * (p{j}_{e} - dl{r})")
     g.prod_out(2, "dq", "s", KB)
     g.store_bf(1, "dq", [("rowA", 0), ("rowB", 2)], "H", " * sc")
+
+
+def _stats_regs(g, ind, c):
+    """plse, pdl: (lse, delta) of query row c + tid of head n1 (tid < BC; lse +inf where it is
+    -inf or the row is past T: probabilities 0), a prefetched step's registers."""
+    g.emit(ind, "plse = POS", "pdl = float32(0)", f"if tid < {g.BC} and {c} + tid < T:",
+           f"    sti = sto + ((b * N + n1) * T + {c} + tid) * 2", "    x = float32(ST[sti])",
+           "    plse = POS if x == NEG else x", "    pdl = float32(ST[sti + 1])")
 
 
 def _dkv(g):
@@ -389,24 +432,40 @@ def _dkv(g):
     g.load(1, "row0", "S", BR, [("k", "kh", "H", KB), ("v", "kh", "HV", VB)])
     g.zero(1, "dk", g.DN)
     g.zero(1, "dv", g.DN)
-    g.emit(1, "for gi in range(GH):", "    n = kh * G + gs * GH + gi",
-           f"    for c0 in range(start, T, {BC}):", "        cuda.syncthreads()")
-    g.load(3, "c0", "T", BC, [("q", "n", "H", QB), ("g", "n", "HV", GB)])
-    g.emit(3, f"for j in range(tid, {BC}, {g.NT}):", "    tq = c0 + j", "    lse_ = POS",
-           "    dl_ = float32(0)", "    if tq < T:",
-           "        sti = sto + ((b * N + n) * T + tq) * 2", "        x = float32(ST[sti])",
-           "        lse_ = POS if x == NEG else x", "        dl_ = float32(ST[sti + 1])",
-           f"    sf[{LB} + j] = lse_", f"    sf[{LB + BC} + j] = dl_", "cuda.syncthreads()")
-    g.prod_rows(3, "s", KB, QB)
-    g.prod_rows(3, "p", VB, GB)
+    qg = [("q", "n1", "H", QB), ("g", "n1", "HV", GB)]
+    # one loop over (query head, query tile); with prefetch, the next step's tile (n1, c1)
+    g.emit(1, f"nt = (T - start + {BC - 1}) // {BC}", "n1 = kh * G + gs * GH", "c1 = start")
+    pf = BC <= g.NT and g.streamed(1, None, "T", qg, pre="c1")
+    if pf:
+        _stats_regs(g, 1, "c1")
+    g.emit(1, "for it in range(GH * nt):", "    gi = it // nt", "    n = kh * G + gs * GH + gi",
+           f"    c0 = start + (it - gi * nt) * {BC}", "    cuda.syncthreads()")
+    if pf:
+        g.emit(2, "n1 = n + (1 if it - gi * nt == nt - 1 else 0)",
+               f"c1 = start if it - gi * nt == nt - 1 else c0 + {BC}",
+               "if it == GH * nt - 1:", "    c1 = T")
+        g.load(2, "", "T", BC, qg, "store")
+        g.emit(2, f"if tid < {BC}:", f"    sf[{LB} + tid] = plse", f"    sf[{LB + BC} + tid] = pdl",
+               "cuda.syncthreads()")
+        g.load(2, "c1", "T", BC, qg, "issue")
+        _stats_regs(g, 2, "c1")
+    else:
+        g.load(2, "c0", "T", BC, [("q", "n", "H", QB), ("g", "n", "HV", GB)])
+        g.emit(2, f"for j in range(tid, {BC}, {g.NT}):", "    tq = c0 + j", "    lse_ = POS",
+               "    dl_ = float32(0)", "    if tq < T:",
+               "        sti = sto + ((b * N + n) * T + tq) * 2", "        x = float32(ST[sti])",
+               "        lse_ = POS if x == NEG else x", "        dl_ = float32(ST[sti + 1])",
+               f"    sf[{LB} + j] = lse_", f"    sf[{LB + BC} + j] = dl_", "cuda.syncthreads()")
+    g.prod_rows(2, "s", KB, QB)
+    g.prod_rows(2, "p", VB, GB)
     for j, e, col, r in g.entries():   # P^T, dS^T (a key sees queries at or after it)
         key = "keyB" if r else "keyA"
         li = f"{j * 8 + (e & 1)} + 2 * t"
-        g.emit(3, f"x = math.exp(s{j}_{e} * sc - sf[{LB} + {li}])",
+        g.emit(2, f"x = math.exp(s{j}_{e} * sc - sf[{LB} + {li}])",
                f"if causal and {col} < {key}:", "    x = float32(0)", f"s{j}_{e} = x",
                f"p{j}_{e} = x * (p{j}_{e} - sf[{LB + BC} + {li}])")
-    g.prod_out(3, "dv", "s", GB)
-    g.prod_out(3, "dk", "p", QB)
+    g.prod_out(2, "dv", "s", GB)
+    g.prod_out(2, "dk", "p", QB)
     for key, e0 in (("keyA", 0), ("keyB", 2)):
         g.emit(1, f"if {key} < S:", f"    ob = po + gs * PS + ((b * S + {key}) * KH + kh) * "
                "(H + HV)")

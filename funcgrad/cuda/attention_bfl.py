@@ -62,7 +62,7 @@ def _run(mode, d, cfg, pair, full, grid):
     """Launch `mode`'s kernel at (d, cfg), opting in to its shared memory over 48 KB (a
     refusal: the best configuration under 48 KB)."""
     from funcgrad.cuda import attention as CA
-    kern = runtime.kernel(("attention_bf", mode, d, cfg, pair),
+    kern = runtime.kernel(("attention_bf", mode, d, cfg, pair, AB.PREFETCH),
                           lambda: AB.source(mode, d, cfg, runtime.SIM, runtime.jit_opts(), pair))
     nbytes = AB.smem_bytes(mode, d, cfg)
     big = nbytes > AB.DEFAULT_SMEM and not runtime.SIM and not runtime.dry_run
