@@ -12,9 +12,10 @@ B operand (contraction over the streamed rows) as two 16-bit loads a register (t
 layout, no transposed copy). Lines are generated fully unrolled: accumulators and fragments
 are scalars, so they live in registers.
 
-Global operands are read as uint32 pairs where every row starts 4-byte aligned with unit
-column stride and even width ("pair" mode, attention_bfl checks), else as uint16 elements
-through their strides. Outputs: o and dq bf16 through a row and a head stride; dkv's float32
+Global operands are read as 16-byte quads of pairs where every row starts 16-byte aligned
+with unit column stride and a width that is a multiple of 8 ("quad" mode, attention_bfl
+checks), else as uint16 elements through their strides; a streamed tile's quads are loaded a
+step ahead into registers (PREFETCH). Outputs: o and dq bf16 through a row and a head stride; dkv's float32
 partials [GS, B, S, K, H + Hv] (a key head's query heads over GS blocks), which
 `sum_source`'s kernel adds in head order and rounds to bf16 (deterministic, one rounding);
 stats writes (lse, delta) float32 rows as attention_stats' layout. The simulator runs the same
@@ -55,6 +56,19 @@ def _bits(x):
 @cuda.jit(device=True)
 def pack_bf16(lo, hi):
     return uint32(_bits(lo) | (_bits(hi) << 16))
+
+
+@cuda.jit(device=True)
+def ldv4(x, i):
+    return x[i], x[i + uint64(1)], x[i + uint64(2)], x[i + uint64(3)]
+
+
+@cuda.jit(device=True)
+def st4(x, i, a, b, c, d):
+    x[i] = a
+    x[i + uint64(1)] = b
+    x[i + uint64(2)] = c
+    x[i + uint64(3)] = d
 
 
 @cuda.jit(device=True)
@@ -107,8 +121,8 @@ def pick_config(mode, D, sim, limit):
 
 
 class _Gen:
-    def __init__(self, mode, D, cfg, sim, pair):
-        self.mode, self.D, self.sim, self.pair = mode, D, sim, pair
+    def __init__(self, mode, D, cfg, sim, quad):
+        self.mode, self.D, self.sim, self.quad = mode, D, sim, quad
         self.W, self.BC = cfg
         self.BR, self.NT, self.RW = 16 * self.W, 32 * self.W, row_words(D)
         self.DW, self.DK, self.DN, self.NJ = D // 2, D // 16, D // 8, self.BC // 8
@@ -118,60 +132,84 @@ class _Gen:
         self.L += [("    " * ind) + x for x in lines]
 
     def mma(self, ind, a, b, c):
+        """c (four lvalues) <- a . b + c for this warp."""
         pre = "scr, lane, " if self.sim else ""
-        self.emit(ind, f"{', '.join(c)} = mma_bf16({pre}{', '.join(a + b + c)})")
+        self.emit(ind, f"r0, r1, r2, r3 = mma_bf16({pre}{', '.join(a + b + c)})",
+                  *(f"{x} = r{i}" for i, x in enumerate(c)))
 
     # -- tiles ---------------------------------------------------------------------------
 
+    def tiled(self, NR):
+        """Whether quads (4 words, 8 dims) tile NR rows: a thread one quad column, rows
+        NT / (D / 8) apart."""
+        cw = self.DW // 4
+        return self.quad and self.NT % cw == 0 and NR % (self.NT // cw) == 0
+
     def load(self, ind, r0, limit, NR, ops, phase=None):
         """sw[base + r RW + c] = the pair (2c, 2c + 1) of op[b, r0 + r, head, :] (0 outside
-        [0, limit) x [0, width)), r < NR, c < D / 2, for each (op, head, width, base). phase
-        "issue": only the loads (all of them, into registers), "store": only their stores (a
-        streamed tile prefetched a step ahead); shapes the threads do not tile load whole in
-        the "store" phase."""
+        [0, limit) x [0, width)), r < NR, c < D / 2, for each (op, head, width, base).
+
+        Tiled (quad mode): a thread keeps one 16-byte column and walks rows apart, a batch of
+        rows' loads issued before their stores; phase "issue" emits only the loads (every
+        row's, into registers), "store" only their stores (a streamed tile prefetched a step
+        ahead). Otherwise an element loop of 16-bit loads (loaded whole in the "store"
+        phase)."""
         DW, NT, RW = self.DW, self.NT, self.RW
-        steps = self.steps(NR)
-        if steps is None:
+        if not self.tiled(NR):
             if phase == "issue":
                 return
             self.emit(ind, f"for i in range(tid, {NR * DW}, {NT}):", f"    r = i // {DW}",
-                      f"    c = i - r * {DW}")
+                      f"    c = i - r * {DW}", f"    rr = {r0} + r")
             for op, head, width, base in ops:
-                self.emit(ind + 1, *self._ld(op, head, width, "x", "r", "c", r0, limit),
+                at = f"{op}o + b * {op}s0 + rr * {op}s1 + {head} * {op}s2"
+                A = op.upper()
+                self.emit(ind + 1, "x = uint32(0)", f"if rr < {limit}:",
+                          f"    if c * 2 < {width}:",
+                          f"        x = uint32({A}a[uint64({at} + c * 2 * {op}s3)])",
+                          f"    if c * 2 + 1 < {width}:",
+                          f"        x = uint32(x | (uint32({A}a[uint64({at} + (c * 2 + 1) * "
+                          f"{op}s3)]) << uint32(16)))",
                           f"sw[uint64({base} + r * {RW} + c)] = x")
             return
-        if NT % DW == 0:
-            self.emit(ind, f"ldr = tid // {DW}", f"ldc = tid - ldr * {DW}")
-        un = max(1, LOAD_WORDS // len(ops)) if phase is None else len(steps)
-        for s0 in range(0, len(steps), un):
-            batch = steps[s0:s0 + un]
-            if phase != "store":
-                for k, (r, c) in enumerate(batch):
-                    for op, head, width, _ in ops:
-                        self.emit(ind, *self._ld(op, head, width, f"lx{op}{k}", f"({r})",
-                                                 f"({c})", r0, limit))
-            if phase != "issue":
-                for k, (r, c) in enumerate(batch):
-                    for op, _, _, base in ops:
-                        self.emit(ind, f"sw[uint64({base} + ({r}) * {RW} + {c})] = lx{op}{k}")
-
-    def steps(self, NR):
-        """(row, column) expressions of a thread's loads of an NR-row tile, or None (the
-        threads do not tile it: an element loop)."""
-        DW, NT = self.DW, self.NT
-        if NT % DW == 0 and NR % (NT // DW) == 0:   # a thread: one column, rows NT / DW apart
-            rs = NT // DW
-            return [(f"ldr + {k * rs}", "ldc") for k in range(NR // rs)]
-        if DW % NT == 0:   # a thread: columns NT apart in every row
-            per = DW // NT
-            return [(f"{k // per}", f"tid + {(k % per) * NT}") for k in range(NR * per)]
-        return None
+        cw = DW // 4
+        rs = NT // cw
+        steps = NR // rs
+        un = max(1, LOAD_WORDS // (4 * len(ops))) if phase is None else steps
+        while steps % un:
+            un -= 1
+        if phase != "store":
+            self.emit(ind, f"ldr = tid // {cw}", f"ldc = (tid - ldr * {cw}) * 4")
+            for op, head, width, _ in ops:
+                self.emit(ind, f"ld{op} = {op}o + b * {op}s0 + {head} * {op}s2 + ldc",
+                          f"lw{op} = ldc * 2 < {width}")
+        if phase is None:
+            self.emit(ind, f"for u in range({steps // un}):")
+            ind, u = ind + 1, f"u * {un} + "
+        else:
+            u = ""
+        for k in range(un):
+            self.emit(ind, f"lr{k} = ldr + ({u}{k}) * {rs}")
+            if phase == "store":
+                continue
+            self.emit(ind, f"lrr{k} = {r0} + lr{k}")
+            for op, _, _, _ in ops:
+                xs = [f"lx{op}{k}_{e}" for e in range(4)]
+                self.emit(ind, *(f"{x} = uint32(0)" for x in xs),
+                          f"if lrr{k} < {limit} and lw{op}:",
+                          f"    {', '.join(xs)} = ldv4({op.upper()}a, uint64(ld{op} + lrr{k} "
+                          f"* {op}s1))")
+        if phase == "issue":
+            return
+        for k in range(un):
+            for op, _, _, base in ops:
+                self.emit(ind, f"st4(sw, uint64({base} + lr{k} * {RW} + ldc), "
+                          + ", ".join(f"lx{op}{k}_{e}" for e in range(4)) + ")")
 
     def streamed(self, ind, r0, limit, ops, pre=None):
         """The streamed tile at rows r0 .. into shared memory (then a barrier): loaded here,
         or (PREFETCH, a tiled shape) its registers stored and the next tile's loads issued
         (pre: the first tile's row, the loop's prologue issuing its loads)."""
-        if not (PREFETCH and self.steps(self.BC) is not None):
+        if not (PREFETCH and self.tiled(self.BC)):
             if pre is None:
                 self.load(ind, r0, limit, self.BC, ops)
                 self.emit(ind, "cuda.syncthreads()")
@@ -184,68 +222,56 @@ class _Gen:
         self.load(ind, f"{r0} + {self.BC}", limit, self.BC, ops, "issue")
         return True
 
-    def _ld(self, op, head, width, x, r, c, r0, limit):
-        """Lines setting x (uint32) to op's pair (2c, 2c + 1) of row r0 + r (zeros outside)."""
-        A = op.upper()
-        lines = [f"{x} = uint32(0)", f"if {r0} + {r} < {limit}:"]
-        if self.pair:   # op: uint32 pairs, offsets and strides in pairs, width in elements
-            lines += [f"    if {c} * 2 < {width}:",
-                      (f"        {x} = {A}a[uint64({op}o + b * {op}s0 + ({r0} + {r}) * "
-                       f"{op}s1 + {head} * {op}s2 + {c})]")]
-            return lines
-        at = f"{op}o + b * {op}s0 + ({r0} + {r}) * {op}s1 + {head} * {op}s2"
-        return lines + [f"    if {c} * 2 < {width}:",
-                        f"        {x} = uint32({A}a[uint64({at} + {c} * 2 * {op}s3)])",
-                        f"    if {c} * 2 + 1 < {width}:",
-                        (f"        {x} = {x} | (uint32({A}a[uint64({at} + ({c} * 2 + 1) * "
-                         f"{op}s3)]) << uint32(16))")]
-
     # -- products ------------------------------------------------------------------------
 
-    def frags(self, ind, name, base, kk):
-        """name0..3 = the A fragment (this warp's 16 rows, dims 16 kk ..) of the tile at base."""
-        RW = self.RW
-        p = f"{base} + (wr0 + g) * {RW} + {kk * 8} + t"
-        self.emit(ind, f"{name}0 = sw[uint64({p})]", f"{name}1 = sw[uint64({p} + {8 * RW})]",
-                  f"{name}2 = sw[uint64({p} + 4)]", f"{name}3 = sw[uint64({p} + {8 * RW + 4})]")
-
     def zero(self, ind, name, n):
-        self.emit(ind, *(f"{name}{j}_{e} = float32(0)" for j in range(n) for e in range(4)))
+        self.emit(ind, f"for j in range({n}):", "    for e in range(4):",
+                  f"        {name}[j, e] = float32(0)")
+
+    def cache_rows(self, ind, name, base):
+        """name[kk, 0..3]: this warp's A fragments of the row tile at base (registers)."""
+        RW = self.RW
+        self.emit(ind, f"for kk in range({self.DK}):",
+                  f"    pa = uint64({base} + (wr0 + g) * {RW} + kk * 8 + t)",
+                  f"    {name}[kk, 0] = sw[pa]", f"    {name}[kk, 1] = sw[pa + uint64({8 * RW})]",
+                  f"    {name}[kk, 2] = sw[pa + uint64(4)]",
+                  f"    {name}[kk, 3] = sw[pa + uint64({8 * RW + 4})]")
 
     def prod_rows(self, ind, acc, abase, bbase, cached=None):
-        """acc{j}_e (16 x 8 each) = rows[wr0 ..] . streamed[8 j ..]^T over the dims; the A
-        fragments from registers (cached: their name prefix) or shared memory."""
+        """acc[j] (16 x 8 each) = rows[wr0 ..] . streamed[8 j ..]^T over the dims; the A
+        fragments from registers (cached: their array) or shared memory."""
         RW = self.RW
         self.zero(ind, acc, self.NJ)
-        for kk in range(self.DK):
-            a = f"{cached}{kk}_" if cached else "fa"
-            if not cached:
-                self.frags(ind, "fa", abase, kk)
-            for j in range(self.NJ):
-                p = f"{bbase} + ({j * 8} + g) * {RW} + {kk * 8} + t"
-                self.emit(ind, f"fb0 = sw[uint64({p})]", f"fb1 = sw[uint64({p} + 4)]")
-                self.mma(ind, [f"{a}{i}" for i in range(4)], ["fb0", "fb1"],
-                         [f"{acc}{j}_{e}" for e in range(4)])
+        self.emit(ind, f"for kk in range({self.DK}):")
+        if cached:
+            self.emit(ind + 1, *(f"a{i} = {cached}[kk, {i}]" for i in range(4)))
+        else:
+            self.emit(ind + 1, f"pa = uint64({abase} + (wr0 + g) * {RW} + kk * 8 + t)",
+                      "a0 = sw[pa]", f"a1 = sw[pa + uint64({8 * RW})]", "a2 = sw[pa + uint64(4)]",
+                      f"a3 = sw[pa + uint64({8 * RW + 4})]")
+        self.emit(ind + 1, f"for j in range({self.NJ}):",
+                  f"    pb = uint64({bbase} + (j * 8 + g) * {RW} + kk * 8 + t)")
+        self.mma(ind + 2, ["a0", "a1", "a2", "a3"], ["sw[pb]", "sw[pb + uint64(4)]"],
+                 [f"{acc}[j, {e}]" for e in range(4)])
 
     def prod_out(self, ind, out, src, bbase):
-        """out{dn}_e += src (16 x BC, accumulator layout) . streamed[BC x D] (its rows the
+        """out[dn] += src (16 x BC, accumulator layout) . streamed[BC x D] (its rows the
         contraction: two 16-bit loads a B register)."""
         RH = 2 * self.RW
-        for kb in range(self.BC // 16):
+        for kb in range(self.BC // 16):   # unrolled here: src[j] must stay in registers
             j0, j1 = 2 * kb, 2 * kb + 1
-            self.emit(ind, f"pa0 = pack_bf16({src}{j0}_0, {src}{j0}_1)",
-                      f"pa1 = pack_bf16({src}{j0}_2, {src}{j0}_3)",
-                      f"pa2 = pack_bf16({src}{j1}_0, {src}{j1}_1)",
-                      f"pa3 = pack_bf16({src}{j1}_2, {src}{j1}_3)",
-                      f"hb = {2 * bbase} + ({kb * 16} + 2 * t) * {RH} + g")
-            for dn in range(self.DN):
-                h = f"hb + {dn * 8}"
-                self.emit(ind, f"pb0 = uint32(sh[uint64({h})]) | (uint32(sh[uint64({h} + {RH})])"
-                          " << uint32(16))",
-                          f"pb1 = uint32(sh[uint64({h} + {8 * RH})]) | "
-                          f"(uint32(sh[uint64({h} + {9 * RH})]) << uint32(16))")
-                self.mma(ind, ["pa0", "pa1", "pa2", "pa3"], ["pb0", "pb1"],
-                         [f"{out}{dn}_{e}" for e in range(4)])
+            self.emit(ind, f"pa0 = pack_bf16({src}[{j0}, 0], {src}[{j0}, 1])",
+                      f"pa1 = pack_bf16({src}[{j0}, 2], {src}[{j0}, 3])",
+                      f"pa2 = pack_bf16({src}[{j1}, 0], {src}[{j1}, 1])",
+                      f"pa3 = pack_bf16({src}[{j1}, 2], {src}[{j1}, 3])",
+                      f"hb = uint64({2 * bbase} + ({kb * 16} + 2 * t) * {RH} + g)",
+                      f"for dn in range({self.DN}):", "    h = hb + uint64(dn * 8)",
+                      f"    pb0 = uint32(uint32(sh[h]) | (uint32(sh[h + uint64({RH})]) << "
+                      "uint32(16)))",
+                      f"    pb1 = uint32(uint32(sh[h + uint64({8 * RH})]) | "
+                      f"(uint32(sh[h + uint64({9 * RH})]) << uint32(16)))")
+            self.mma(ind + 1, ["pa0", "pa1", "pa2", "pa3"], ["pb0", "pb1"],
+                     [f"{out}[dn, {e}]" for e in range(4)])
 
     def group(self, ind, var, op):
         """var <- the max / sum of var over the four lanes of its row (t = 0..3)."""
@@ -259,10 +285,11 @@ class _Gen:
                   "for u in range(1, 4):", f"    v_ = {comb('v_', 'red[g * 4 + u]')}",
                   "cuda.syncthreads()", f"{var} = v_")
 
-    def entries(self):
-        """(j, e, column expression, row selector 0 / 1) of this lane's accumulator entries."""
-        return [(j, e, f"c0 + {j * 8 + (e & 1)} + 2 * t", e // 2)
-                for j in range(self.NJ) for e in range(4)]
+    def entries(self, ind, c0):
+        """Loop header over this lane's accumulator entries j, e and their column `col`;
+        entries e < 2 are in the lane's first row, e >= 2 in the one 8 below."""
+        self.emit(ind, f"for j in range({self.NJ}):", "    for e in range(4):",
+                  f"        col = {c0} + j * 8 + 2 * t + (e & 1)")
 
     # -- kernel frame --------------------------------------------------------------------
 
@@ -281,6 +308,10 @@ class _Gen:
                   "g = lane // 4", "t = lane - g * 4", "wr0 = w * 16", "sc = float32(scale_)",
                   "NEG = float32(-math.inf)", "POS = float32(math.inf)")
 
+    def local(self, *names, dtype="float32"):
+        for name, n in names:
+            self.emit(1, f"{name} = cuda.local.array(({n}, 4), {dtype})")
+
     def query_rows(self):
         self.emit(1, "bn = cuda.blockIdx.x", "b = bn // N", "n = bn - b * N", "kh = n // G",
                   f"row0 = (cuda.gridDim.y - 1 - cuda.blockIdx.y) * {self.BR}",
@@ -290,54 +321,55 @@ class _Gen:
     def store_bf(self, ind, acc, rows, width, coeff=""):
         """O[base(row) + d] = bf16(acc * coeff), d < width, for (row, e0) in rows."""
         for row, e0 in rows:
-            self.emit(ind, f"if {row} < T:", f"    ob = oo + (b * T + {row}) * ors + n * ohs")
-            for dn in range(self.DN):
-                self.emit(ind + 1, f"pw = pack_bf16({acc}{dn}_{e0}{coeff}, "
-                          f"{acc}{dn}_{e0 + 1}{coeff})",
-                          f"if {dn * 8} + 2 * t < {width}:",
-                          f"    Oa[uint64(ob + {dn * 8} + 2 * t)] = uint16(pw & uint32(65535))",
-                          f"if {dn * 8} + 2 * t + 1 < {width}:",
-                          f"    Oa[uint64(ob + {dn * 8} + 2 * t + 1)] = uint16(pw >> uint32(16))")
+            self.emit(ind, f"if {row} < T:", f"    ob = oo + (b * T + {row}) * ors + n * ohs",
+                      f"    for dn in range({self.DN}):", "        d = dn * 8 + 2 * t",
+                      f"        pw = pack_bf16({acc}[dn, {e0}]{coeff}, "
+                      f"{acc}[dn, {e0 + 1}]{coeff})",
+                      f"        if d < {width}:",
+                      "            Oa[uint64(ob + d)] = uint16(pw & uint32(65535))",
+                      f"        if d + 1 < {width}:",
+                      "            Oa[uint64(ob + d + 1)] = uint16(pw >> uint32(16))")
 
 
 def _softmax_tile(g, with_o):
     """The online softmax step of a tile's scores s (fwd, stats)."""
     g.emit(2, "mx0 = NEG", "mx1 = NEG")
-    for j, e, col, r in g.entries():
-        row = "rowB" if r else "rowA"
-        g.emit(2, f"x = s{j}_{e} * sc", f"if {col} >= S or (causal and {col} > {row}):",
-               "    x = NEG", f"s{j}_{e} = x", f"mx{r} = max(mx{r}, x)")
+    g.entries(2, "c0")
+    g.emit(4, "row = rowA if e < 2 else rowB", "x = s[j, e] * sc",
+           "if col >= S or (causal and col > row):", "    x = NEG", "s[j, e] = x",
+           "if e < 2:", "    mx0 = max(mx0, x)", "else:", "    mx1 = max(mx1, x)")
     g.group(2, "mx0", "max")
     g.group(2, "mx1", "max")
     g.emit(2, "mn0 = max(m0, mx0)", "mu0 = mn0 if mn0 > NEG else float32(0)",
            "al0 = math.exp(m0 - mu0)", "m0 = mn0", "mn1 = max(m1, mx1)",
            "mu1 = mn1 if mn1 > NEG else float32(0)", "al1 = math.exp(m1 - mu1)", "m1 = mn1",
-           "ls0 = float32(0)", "ls1 = float32(0)")
-    for j, e, _, r in g.entries():
-        g.emit(2, f"s{j}_{e} = math.exp(s{j}_{e} - mu{r})", f"ls{r} += s{j}_{e}")
-    g.emit(2, "l0 = l0 * al0 + ls0", "l1 = l1 * al1 + ls1")
+           "ls0 = float32(0)", "ls1 = float32(0)", f"for j in range({g.NJ}):",
+           "    x0 = math.exp(s[j, 0] - mu0)", "    x1 = math.exp(s[j, 1] - mu0)",
+           "    x2 = math.exp(s[j, 2] - mu1)", "    x3 = math.exp(s[j, 3] - mu1)",
+           "    s[j, 0] = x0", "    s[j, 1] = x1", "    s[j, 2] = x2", "    s[j, 3] = x3",
+           "    ls0 += x0 + x1", "    ls1 += x2 + x3", "l0 = l0 * al0 + ls0", "l1 = l1 * al1 + ls1")
     if with_o:
-        for dn in range(g.DN):
-            g.emit(2, f"o{dn}_0 *= al0", f"o{dn}_1 *= al0", f"o{dn}_2 *= al1",
-                   f"o{dn}_3 *= al1")
+        g.emit(2, f"for dn in range({g.DN}):", "    o[dn, 0] *= al0", "    o[dn, 1] *= al0",
+               "    o[dn, 2] *= al1", "    o[dn, 3] *= al1")
 
 
 def _fwd(g):
     BR, BC, RW = g.BR, g.BC, g.RW
     QB, KB, VB = 0, BR * RW, (BR + BC) * RW
     g.header(["q", "k", "v"], "", "Oa, oo, ors, ohs")
+    g.local(("s", g.NJ), ("o", g.DN))
+    g.local(("qf", g.DK), dtype="uint32")
     g.query_rows()
     g.load(1, "row0", "T", BR, [("q", "n", "H", QB)])
     g.emit(1, "cuda.syncthreads()")
-    for kk in range(g.DK):   # this warp's query fragments stay in registers
-        g.frags(1, f"q{kk}_", QB, kk)
+    g.cache_rows(1, "qf", QB)   # this warp's query fragments stay in registers
     g.zero(1, "o", g.DN)
     kv = [("k", "kh", "H", KB), ("v", "kh", "HV", VB)]
     g.streamed(1, None, "S", kv, pre="0")
     g.emit(1, "m0 = NEG", "m1 = NEG", "l0 = float32(0)", "l1 = float32(0)",
            f"for c0 in range(0, lim, {BC}):", "    cuda.syncthreads()")
     g.streamed(2, "c0", "S", kv)
-    g.prod_rows(2, "s", QB, KB, cached="q")
+    g.prod_rows(2, "s", QB, KB, cached="qf")
     _softmax_tile(g, True)
     g.prod_out(2, "o", "s", VB)
     g.group(1, "l0", "sum")
@@ -353,17 +385,18 @@ def _stats(g):
     BR, BC, RW = g.BR, g.BC, g.RW
     QB, KB = 0, BR * RW
     g.header(["q", "k", "o", "g"], "", "ST, sto")
+    g.local(("s", g.NJ))
+    g.local(("qf", g.DK), dtype="uint32")
     g.query_rows()
     g.load(1, "row0", "T", BR, [("q", "n", "H", QB)])
     g.emit(1, "cuda.syncthreads()")
-    for kk in range(g.DK):
-        g.frags(1, f"q{kk}_", QB, kk)
+    g.cache_rows(1, "qf", QB)
     ks = [("k", "kh", "H", KB)]
     g.streamed(1, None, "S", ks, pre="0")
     g.emit(1, "m0 = NEG", "m1 = NEG", "l0 = float32(0)", "l1 = float32(0)",
            f"for c0 in range(0, lim, {BC}):", "    cuda.syncthreads()")
     g.streamed(2, "c0", "S", ks)
-    g.prod_rows(2, "s", QB, KB, cached="q")
+    g.prod_rows(2, "s", QB, KB, cached="qf")
     _softmax_tile(g, False)
     g.group(1, "l0", "sum")
     g.group(1, "l1", "sum")
@@ -376,8 +409,8 @@ def _stats(g):
            "        ob = oo + b * os0 + row * os1 + n * os2",
            "        gb = go + b * gs0 + row * gs1 + n * gs2", "        acc = float32(0)",
            "        for d in range(HV):",
-           "            x = u2f(uint32(Oa[uint64(ob + d * os3)]) << uint32(16))",
-           "            y = u2f(uint32(Ga[uint64(gb + d * gs3)]) << uint32(16))",
+           "            x = u2f(uint32(uint32(Oa[uint64(ob + d * os3)]) << uint32(16)))",
+           "            y = u2f(uint32(uint32(Ga[uint64(gb + d * gs3)]) << uint32(16)))",
            "            acc += x * y",
            "        ST[uint64(sto + ((b * N + n) * T + row) * 2 + 1)] = acc")
 
@@ -387,6 +420,7 @@ def _dq(g):
     QB, GB, KB = 0, BR * RW, 2 * BR * RW
     VB = KB + BC * RW
     g.header(["q", "k", "v", "g"], ", ST, sto", "Oa, oo, ors, ohs")
+    g.local(("s", g.NJ), ("p", g.NJ), ("dq", g.DN))
     g.query_rows()
     g.load(1, "row0", "T", BR, [("q", "n", "H", QB), ("g", "n", "HV", GB)])
     for i, row in ((0, "rowA"), (1, "rowB")):   # -inf logsumexp -> +inf: probabilities 0
@@ -400,11 +434,11 @@ def _dq(g):
     g.streamed(2, "c0", "S", kv)
     g.prod_rows(2, "s", QB, KB)
     g.prod_rows(2, "p", GB, VB)
-    for j, e, col, r in g.entries():   # dS = P (dP - delta)
-        row = "rowB" if r else "rowA"
-        g.emit(2, f"x = math.exp(s{j}_{e} * sc - lse{r})",
-               f"if {col} >= S or (causal and {col} > {row}):", "    x = float32(0)",
-               f"s{j}_{e} = x * (p{j}_{e} - dl{r})")
+    g.entries(2, "c0")   # dS = P (dP - delta)
+    g.emit(4, "row = rowA if e < 2 else rowB", "ls = lse0 if e < 2 else lse1",
+           "dl = dl0 if e < 2 else dl1", "x = math.exp(s[j, e] * sc - ls)",
+           "if col >= S or (causal and col > row):", "    x = float32(0)",
+           "s[j, e] = x * (p[j, e] - dl)")
     g.prod_out(2, "dq", "s", KB)
     g.store_bf(1, "dq", [("rowA", 0), ("rowB", 2)], "H", " * sc")
 
@@ -425,6 +459,7 @@ def _dkv(g):
     GB = QB + BC * RW
     LB = GB + BC * RW
     g.header(["q", "k", "v", "g"], ", ST, sto", "P, po", ", GS, PS")
+    g.local(("s", g.NJ), ("p", g.NJ), ("dk", g.DN), ("dv", g.DN))
     g.emit(1, "KH = N // G", "GH = G // GS", "bk = cuda.blockIdx.x", "BK = cuda.gridDim.x // GS",
            "gs = bk // BK", "bk = bk - gs * BK", "b = bk // KH", "kh = bk - b * KH",
            f"row0 = cuda.blockIdx.y * {BR}", f"start = (row0 // {BC}) * {BC} if causal else 0",
@@ -445,8 +480,8 @@ def _dkv(g):
                f"c1 = start if it - gi * nt == nt - 1 else c0 + {BC}",
                "if it == GH * nt - 1:", "    c1 = T")
         g.load(2, "", "T", BC, qg, "store")
-        g.emit(2, f"if tid < {BC}:", f"    sf[{LB} + tid] = plse", f"    sf[{LB + BC} + tid] = pdl",
-               "cuda.syncthreads()")
+        g.emit(2, f"if tid < {BC}:", f"    sf[{LB} + tid] = plse",
+               f"    sf[{LB + BC} + tid] = pdl", "cuda.syncthreads()")
         g.load(2, "c1", "T", BC, qg, "issue")
         _stats_regs(g, 2, "c1")
     else:
@@ -458,22 +493,20 @@ def _dkv(g):
                f"    sf[{LB} + j] = lse_", f"    sf[{LB + BC} + j] = dl_", "cuda.syncthreads()")
     g.prod_rows(2, "s", KB, QB)
     g.prod_rows(2, "p", VB, GB)
-    for j, e, col, r in g.entries():   # P^T, dS^T (a key sees queries at or after it)
-        key = "keyB" if r else "keyA"
-        li = f"{j * 8 + (e & 1)} + 2 * t"
-        g.emit(2, f"x = math.exp(s{j}_{e} * sc - sf[{LB} + {li}])",
-               f"if causal and {col} < {key}:", "    x = float32(0)", f"s{j}_{e} = x",
-               f"p{j}_{e} = x * (p{j}_{e} - sf[{LB + BC} + {li}])")
+    g.entries(2, "c0")   # P^T, dS^T (a key sees queries at or after it)
+    g.emit(4, "key = keyA if e < 2 else keyB", "li = j * 8 + 2 * t + (e & 1)",
+           f"x = math.exp(s[j, e] * sc - sf[{LB} + li])",
+           "if causal and col < key:", "    x = float32(0)", "s[j, e] = x",
+           f"p[j, e] = x * (p[j, e] - sf[{LB + BC} + li])")
     g.prod_out(2, "dv", "s", GB)
     g.prod_out(2, "dk", "p", QB)
     for key, e0 in (("keyA", 0), ("keyB", 2)):
         g.emit(1, f"if {key} < S:", f"    ob = po + gs * PS + ((b * S + {key}) * KH + kh) * "
-               "(H + HV)")
-        for dn in range(g.DN):
-            for i in range(2):
-                d = f"{dn * 8 + i} + 2 * t"
-                g.emit(2, f"if {d} < H:", f"    P[uint64(ob + {d})] = dk{dn}_{e0 + i} * sc",
-                       f"if {d} < HV:", f"    P[uint64(ob + H + {d})] = dv{dn}_{e0 + i}")
+               "(H + HV)", f"    for dn in range({g.DN}):", "        d = dn * 8 + 2 * t",
+               "        if d < H:", f"            P[uint64(ob + d)] = dk[dn, {e0}] * sc",
+               "        if d + 1 < H:", f"            P[uint64(ob + d + 1)] = dk[dn, {e0 + 1}] * sc",
+               "        if d < HV:", f"            P[uint64(ob + H + d)] = dv[dn, {e0}]",
+               "        if d + 1 < HV:", f"            P[uint64(ob + H + d + 1)] = dv[dn, {e0 + 1}]")
 
 
 SUM_SOURCE = """
@@ -500,7 +533,9 @@ def kernel(P, po, O, ok, ov, rs, hs, K, H, HV, M, GS):
 
 
 def _prelude(sim):
-    return SIM_SOURCE if sim else "from funcgrad.cuda.mma import mma_bf16, pack_bf16, u2f\n"
+    return SIM_SOURCE if sim else ("from funcgrad.cuda.mma import mma_bf16, pack_bf16, u2f\n"
+                                   "from funcgrad.cuda.vecmem import ldv4\n"
+                                   "from funcgrad.cuda.attention_ld import st4\n")
 
 
 def sum_source(opts, sim):
@@ -509,9 +544,10 @@ def sum_source(opts, sim):
     return _prelude(sim) + SUM_SOURCE.replace("OPTS", opts)
 
 
-def source(mode, D, cfg, sim, opts, pair=False):
+def source(mode, D, cfg, sim, opts, quad=False):
     """Kernel source for `mode` ('fwd', 'stats', 'dq', 'dkv') at padded head dim D (a multiple
-    of 16); pair: q / k / v / do tiles read as uint32 pairs (else uint16 elements)."""
-    g = _Gen(mode, D, cfg, sim, pair)
+    of 16); quad: q / k / v / do tiles read as 16-byte quads of uint32 pairs (else uint16
+    elements)."""
+    g = _Gen(mode, D, cfg, sim, quad)
     {"fwd": _fwd, "stats": _stats, "dq": _dq, "dkv": _dkv}[mode](g)
     return _prelude(sim) + "\n".join(g.L).replace("OPTS", opts) + "\n"

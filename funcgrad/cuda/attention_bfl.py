@@ -5,8 +5,8 @@ attention_dq, attention_dkv and attention_bwd, packed or not): the forward and d
 rows through a row and a head stride (attention_bwd's packed layout needs no copy), dkv writes
 float32 partials that a second kernel sums in head order into the dk and dv views, and the
 statistics (lse, delta) are float32 ([B, N, T, 2], attention_stats' layout). q / k / v / do are
-read through their strides: as 32-bit pairs when every row starts 4-byte aligned with unit
-column stride and an even width, else as 16-bit elements.
+read through their strides: as 16-byte quads of pairs when every row starts 16-byte aligned
+with unit column stride and a width that is a multiple of 8, else as 16-bit elements.
 """
 from __future__ import annotations
 
@@ -33,11 +33,14 @@ def pad_dim(h, hv):
     return max(16, 1 << (m - 1).bit_length())
 
 
-def _pair_ok(x: DeviceBuffer):
-    """Rows start 4-byte aligned with unit column stride and an even width: read as pairs."""
-    if x.shape[3] % 2 or x.offset % 2 or (x.shape[3] > 1 and x.strides[3] != 1):
+def _quad_ok(x: DeviceBuffer):
+    """Rows start 16-byte aligned with unit column stride and a width that is a multiple of
+    8: tiles load as 16-byte quads of pairs."""
+    if x.shape[3] % 8 or x.offset % 8 or (x.shape[3] > 1 and x.strides[3] != 1):
         return False
-    return not any(st % 2 for n, st in zip(x.shape[:3], x.strides[:3]) if n > 1)
+    if any(st % 8 for n, st in zip(x.shape[:3], x.strides[:3]) if n > 1):
+        return False
+    return runtime.SIM or (x.block.ptr() + 2 * x.offset) % 16 == 0
 
 
 def _typed(x, dtype):
@@ -49,8 +52,8 @@ def _typed(x, dtype):
 
 def _op_args(ops, pair):
     """The kernel arguments of each operand (array, offset, four strides) and whether they
-    are pairs (uint32, offsets and strides halved) or elements (uint16)."""
-    if pair and all(_pair_ok(x) for x in ops):
+    are quads of pairs (uint32, offsets and strides halved) or elements (uint16)."""
+    if pair and all(_quad_ok(x) for x in ops):
         arrs = [_typed(x, U32) for x in ops]
         if all(a is not None for a in arrs):
             return [v for x, a in zip(ops, arrs)
