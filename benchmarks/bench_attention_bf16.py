@@ -160,8 +160,7 @@ def torch_sdpa(shapes, reps):
     F = torch.nn.functional
     for name, b, t, n, kh, h in shapes:
         for dt in (torch.float32, torch.bfloat16):
-            for be in (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
-                       SDPBackend.CUDNN_ATTENTION):
+            for be in (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION):
                 g = torch.Generator(device="cuda").manual_seed(0)
                 q = torch.randn(b, n, t, h, device="cuda", dtype=dt, generator=g,
                                 requires_grad=True)
@@ -222,7 +221,7 @@ def main():
     emit(what="compile_all", seconds=round(time.time() - t0, 1))
     ours(variants, SHAPES, a.reps)
     if not a.no_torch:
-        torch_sdpa(SHAPES, a.reps)
+        torch_sdpa([x for x in SHAPES if x[0] != "T1024"], a.reps)
     emit(what="done", seconds=round(time.time() - t0, 1))
 
 
