@@ -179,8 +179,9 @@ class DeviceBuffer:
         return c
 
     def arr(self):
-        """The flat typed device array the offsets index into."""
-        return self.block.typed(self.dtype)
+        """The flat typed device array the offsets index into (bfloat16 and the float8 types:
+        their bits, as uint16 / uint8: numba has no array type of ml_dtypes' floats)."""
+        return self.block.typed(STORAGE.get(self.dtype, self.dtype))
 
     def view(self, shape, strides, offset) -> DeviceBuffer:
         return DeviceBuffer(self.block, shape, strides, offset, self.dtype)
@@ -298,6 +299,21 @@ _pool = None
 _base = None
 
 
+def _storage() -> dict:
+    from funcgrad.core.dtypes import STORAGE_ONLY_DTYPES, bfloat16
+    return {bfloat16: np.dtype(np.uint16), **{d: np.dtype(np.uint8) for d in STORAGE_ONLY_DTYPES}}
+
+
+# dtype -> the dtype of the typed view kernels index (the bits of ml_dtypes' floats)
+STORAGE: dict = _storage()
+
+
+def storage_dtype(dtype) -> np.dtype:
+    """The numpy dtype a kernel sees for buffers of `dtype` (uint16 for bfloat16)."""
+    d = np.dtype(dtype)
+    return STORAGE.get(d, d)
+
+
 def pool() -> Pool:
     """The pool allocations go to now (a plan's arena pool while a plan runs)."""
     global _pool, _base
@@ -336,7 +352,7 @@ def from_host(a: np.ndarray) -> DeviceBuffer:
     queued = (a.size and not runtime.SIM and not runtime.dry_run and runtime._stream is None
               and h2d.put_async(runtime.load(), buf.block.ptr() + buf.offset * a.itemsize, a))
     if a.size and not queued:
-        buf.arr()[:a.size].copy_to_device(a.reshape(-1))
+        buf.arr()[:a.size].copy_to_device(a.reshape(-1).view(storage_dtype(a.dtype)))
     return buf
 
 
@@ -347,7 +363,8 @@ def to_host(buf: DeviceBuffer) -> np.ndarray:
     out = np.empty(buf.shape, buf.dtype)
     n = buf.size
     if n and runtime.SIM:
-        out.reshape(-1)[...] = buf.arr()[buf.offset:buf.offset + n].copy_to_host()
+        out.reshape(-1).view(storage_dtype(out.dtype))[...] = \
+            buf.arr()[buf.offset:buf.offset + n].copy_to_host()
     elif n:   # one driver call: numba's slice + copy_to_host cost tens of microseconds
         from cuda.bindings import driver as cb
         (err,) = cb.cuMemcpyDtoH(out.ctypes.data, buf.block.ptr() + buf.offset * out.itemsize,
