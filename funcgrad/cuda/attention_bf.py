@@ -14,12 +14,13 @@ are scalars, so they live in registers.
 
 Global operands are read as 16-byte quads of pairs where every row starts 16-byte aligned
 with unit column stride and a width that is a multiple of 8 ("quad" mode, attention_bfl
-checks), else as uint16 elements through their strides; a streamed tile's quads are loaded a
-step ahead into registers (PREFETCH). Outputs: o and dq bf16 through a row and a head stride; dkv's float32
-partials [GS, B, S, K, H + Hv] (a key head's query heads over GS blocks), which
-`sum_source`'s kernel adds in head order and rounds to bf16 (deterministic, one rounding);
-stats writes (lse, delta) float32 rows as attention_stats' layout. The simulator runs the same
-source with Python stand-ins for the intrinsics (SIM_SOURCE, one warp a block).
+checks), else as uint16 elements through their strides; a streamed tile's quads are loaded
+a step ahead into registers (PREFETCH, where the registers allow). Outputs: o and dq bf16
+through a row and a head stride; dkv's float32 partials [GS, B, S, K, H + Hv] (a key head's
+query heads over GS blocks), which `sum_source`'s kernel adds in head order and rounds to
+bf16 (deterministic, one rounding); stats writes (lse, delta) float32 rows in
+attention_stats' layout. The simulator runs the same source with Python stand-ins for the
+intrinsics (SIM_SOURCE, one warp a block).
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ DEFAULT_SMEM = 48 * 1024
 BUDGET = 113 * 1024   # two blocks an SM (attention_tc.budget)
 LOAD_WORDS = 16   # words a thread's batch of tile loads brings (issued before their stores)
 PREFETCH = True   # streamed tiles' loads issued a step ahead (their latency behind the products)
+PREFETCH_REGS = 192   # ... where those words and the accumulators of a lane stay under this
 
 SIM_SOURCE = """
 import numpy as np
@@ -139,6 +141,15 @@ class _Gen:
 
     # -- tiles ---------------------------------------------------------------------------
 
+    def prefetches(self):
+        """Whether the streamed tiles are prefetched: PREFETCH, a tiled shape, and the
+        prefetched words plus the accumulators (and cached fragments) within PREFETCH_REGS."""
+        ops, outs, scores, frags = {"fwd": (2, 1, 1, 1), "stats": (1, 0, 1, 1),
+                                    "dq": (2, 1, 2, 0), "dkv": (2, 2, 2, 0)}[self.mode]
+        regs = (ops * self.BC * self.DW // self.NT + 4 * self.DN * outs
+                + 4 * self.NJ * scores + 4 * self.DK * frags)
+        return PREFETCH and self.tiled(self.BC) and regs <= PREFETCH_REGS
+
     def tiled(self, NR):
         """Whether quads (4 words, 8 dims) tile NR rows: a thread one quad column, rows
         NT / (D / 8) apart."""
@@ -209,7 +220,7 @@ class _Gen:
         """The streamed tile at rows r0 .. into shared memory (then a barrier): loaded here,
         or (PREFETCH, a tiled shape) its registers stored and the next tile's loads issued
         (pre: the first tile's row, the loop's prologue issuing its loads)."""
-        if not (PREFETCH and self.tiled(self.BC)):
+        if not self.prefetches():
             if pre is None:
                 self.load(ind, r0, limit, self.BC, ops)
                 self.emit(ind, "cuda.syncthreads()")
@@ -504,9 +515,11 @@ def _dkv(g):
         g.emit(1, f"if {key} < S:", f"    ob = po + gs * PS + ((b * S + {key}) * KH + kh) * "
                "(H + HV)", f"    for dn in range({g.DN}):", "        d = dn * 8 + 2 * t",
                "        if d < H:", f"            P[uint64(ob + d)] = dk[dn, {e0}] * sc",
-               "        if d + 1 < H:", f"            P[uint64(ob + d + 1)] = dk[dn, {e0 + 1}] * sc",
+               "        if d + 1 < H:",
+               f"            P[uint64(ob + d + 1)] = dk[dn, {e0 + 1}] * sc",
                "        if d < HV:", f"            P[uint64(ob + H + d)] = dv[dn, {e0}]",
-               "        if d + 1 < HV:", f"            P[uint64(ob + H + d + 1)] = dv[dn, {e0 + 1}]")
+               "        if d + 1 < HV:",
+               f"            P[uint64(ob + H + d + 1)] = dv[dn, {e0 + 1}]")
 
 
 SUM_SOURCE = """

@@ -75,6 +75,9 @@ LOAD_FLOATS = 16   # floats a thread's batch of loads brings (registers: at most
 # the streamed tiles' loads are issued a tile ahead, into registers (stored after the block's
 # barrier): their latency hides behind the tile being computed
 PREFETCH = True
+# ... where the prefetched floats and the accumulators a lane holds stay under this many
+# registers (S2's dkv at head dim 128, 4 x 32: 64 + 160, keeps loading in place)
+PREFETCH_REGS = 192
 
 # the simulator's stand-ins for mma.py's intrinsics (one warp per block there, so syncthreads
 # is the warp's barrier; every lane writes its fragments to a 192-word scratch, then computes)
@@ -253,6 +256,14 @@ class _Gen:
                     self.emit(ind, f"st4(sm, {at}, "
                               + ", ".join(f"tf32(lx{op}{k}_{e})" for e in range(4)) + ")")
 
+    def prefetches(self):
+        """Whether the streamed tiles are prefetched: PREFETCH, a tiled shape, and the
+        prefetched floats (two operands) plus the accumulators within PREFETCH_REGS."""
+        accs = {"fwd": (1, 1), "fwdl": (1, 1), "dq": (1, 2), "dkv": (2, 2)}[self.mode]
+        regs = (2 * self.BC * self.D // self.NT + 4 * self.DT * accs[0]
+                + 4 * self.NJ * accs[1])
+        return PREFETCH and self.tiled(self.BC) and regs <= PREFETCH_REGS
+
     def tiled(self, NR):
         """Whether the block's threads tile NR rows (one column each, rows NT / D apart)."""
         D, NT = self.D, self.NT
@@ -268,7 +279,7 @@ class _Gen:
         """The streamed tile at rows r0 .. into shared memory: loaded here, or (prefetch:
         PREFETCH and a tiled shape) its registers stored and the next tile's loads issued
         (pre: the loop's prologue, the first tile's loads issued before it)."""
-        if not (PREFETCH and self.tiled(self.BC)):
+        if not self.prefetches():
             if pre is None:
                 self.load(ind, r0, limit, self.BC, ops)
                 self.emit(ind, "cuda.syncthreads()")
