@@ -27,6 +27,11 @@ batch of rows' loads issued before their stores (LOAD_FLOATS a thread in flight)
 loop of before (a division, a 64-bit index and one load in flight per element) is kept for
 shapes the threads do not tile.
 
+The streamed tiles (K / V; dkv's Q / dO with their lse and delta) are prefetched a step ahead
+where the registers allow (PREFETCH, PREFETCH_REGS): after the barrier that publishes a tile,
+the next tile's loads are issued into registers, and they are stored at the next step, so their
+latency hides behind this tile's products (bit-identical to loading in place).
+
 dkv spreads a key head's G query heads over GS blocks (`dkv_splits`, shape-only) that write
 partial dK | dV rows; `sum_source`'s kernel adds them in head order (deterministic, no atomics):
 at S2 (4 query heads a key head, 64-row key tiles) 256 blocks become 1,024.
