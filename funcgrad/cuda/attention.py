@@ -442,3 +442,4 @@ def _lowerings():
 
 
 LOWERINGS = _lowerings()
+ABL.HOOKS.update(opt_in=_opt_in, smem_limit=smem_limit, dkv_split=_dkv_split)

@@ -18,6 +18,10 @@ from funcgrad.cuda import runtime
 from funcgrad.cuda.arrays import DeviceBuffer, pool
 
 U16, U32, F32 = np.dtype(np.uint16), np.dtype(np.uint32), np.dtype(np.float32)
+# attention.py's shared-memory opt-in, its device limit and dkv's head split (set by it when it
+# imports this module: opt_in(kern, args, nbytes, force=False), smem_limit(), dkv_split(b, s,
+# kh, g, br)), so that this module imports nothing of it
+HOOKS: dict = {}
 
 
 def is_bf16(x) -> bool:
@@ -64,12 +68,12 @@ def _op_args(ops, pair):
 def _run(mode, d, cfg, pair, full, grid):
     """Launch `mode`'s kernel at (d, cfg), opting in to its shared memory over 48 KB (a
     refusal: the best configuration under 48 KB)."""
-    from funcgrad.cuda import attention as CA
+    opt_in = HOOKS["opt_in"]
     kern = runtime.kernel(("attention_bf", mode, d, cfg, pair, AB.PREFETCH),
                           lambda: AB.source(mode, d, cfg, runtime.SIM, runtime.jit_opts(), pair))
     nbytes = AB.smem_bytes(mode, d, cfg)
     big = nbytes > AB.DEFAULT_SMEM and not runtime.SIM and not runtime.dry_run
-    if big and not CA._opt_in(kern, full, nbytes):
+    if big and not opt_in(kern, full, nbytes):
         small = AB.pick_config(mode, d, False, AB.DEFAULT_SMEM)
         if small is None:
             raise RuntimeError(f"attention_bf {mode}: no configuration fits 48 KB at D = {d}")
@@ -78,7 +82,7 @@ def _run(mode, d, cfg, pair, full, grid):
     try:
         kern[grid, threads, runtime.stream(), nbytes](*full)
     except Exception:   # an overload compiled at the launch itself, not yet opted in: once more
-        if not big or not CA._opt_in(kern, full, nbytes, force=True):
+        if not big or not opt_in(kern, full, nbytes, force=True):
             raise
         kern[grid, threads, runtime.stream(), nbytes](*full)
     return None
@@ -86,8 +90,7 @@ def _run(mode, d, cfg, pair, full, grid):
 
 def _launch(mode, q, k, rows, heads, d, make_args):
     """Pick the configuration and launch; make_args(cfg) -> (arguments, pair, grid z-split)."""
-    from funcgrad.cuda import attention as CA
-    cfg = AB.pick_config(mode, d, runtime.SIM, CA.smem_limit())
+    cfg = AB.pick_config(mode, d, runtime.SIM, HOOKS["smem_limit"]())
     if cfg is None:
         raise RuntimeError(f"attention_bf {mode}: no configuration fits at D = {d}")
     for _ in range(2):
@@ -154,7 +157,6 @@ def dq(q, k, v, do, st, scale, causal, out):
 def dkv(q, k, v, do, st, scale, causal, dk, dv):
     """dk, dv (bf16 views [B, S, K, H] / [B, S, K, Hv] of one row layout): float32 partials
     over GS splits of a key head's query heads, summed in head order and rounded once."""
-    from funcgrad.cuda import attention as CA
     b, _, n, h = q.shape
     s, kh, hv = k.shape[1], k.shape[2], v.shape[3]
     d = pad_dim(h, hv)
@@ -164,7 +166,7 @@ def dkv(q, k, v, do, st, scale, causal, dk, dv):
 
     def args(cfg):
         br = 16 * cfg[0]
-        gs = CA._dkv_split(b, s, kh, n // kh, br)
+        gs = HOOKS["dkv_split"](b, s, kh, n // kh, br)
         part = picked["part"] = pool().empty((gs * m,), F32)
         picked["gs"] = gs
         ops, pair = _op_args([q, k, v, do], True)
