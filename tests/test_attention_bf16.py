@@ -20,8 +20,7 @@ from funcgrad.core.dtypes import bfloat16
 from funcgrad.prims import attention as A
 from funcgrad.prims import attention_bwd as AB
 
-pytestmark = [pytest.mark.cuda,
-              pytest.mark.skipif(not _usable(), reason="no GPU and no CUDA simulator")]
+needs_cuda = pytest.mark.skipif(not _usable(), reason="no GPU and no CUDA simulator")
 
 
 def _close(got, want, name, h=64):
@@ -46,6 +45,8 @@ _LEN = 20 if _sim() else 150
 _DIMS = [16] if _sim() else [64, 128]
 
 
+@pytest.mark.cuda
+@needs_cuda
 @pytest.mark.parametrize("dim", _DIMS)
 @settings(max_examples=3 if _sim() else 8, deadline=None)
 @given(b=st.integers(0, 2), t=st.integers(0, _LEN), s=st.integers(0, _LEN),
@@ -76,6 +77,8 @@ def test_bf16_kernels_match_numpy(dim, b, t, s, kh, g, hd, hvd, causal, strided)
         _close(got, want, prim.name, max(h, hv))
 
 
+@pytest.mark.cuda
+@needs_cuda
 @pytest.mark.parametrize("packed", [False, True])
 def test_bf16_bwd_matches_numpy(packed):
     """attention_bwd on bf16 (the jit rewrite's merged backward): dq and dkv kernels storing
@@ -93,6 +96,29 @@ def test_bf16_bwd_matches_numpy(packed):
     _close(got, want, "attention_bwd", h)
 
 
+def test_bf16_jitted_grad_on_cpu_matches_float64():
+    """A mixed-precision loss (float32 operands cast to bf16 for attention, the output back to
+    float32) differentiates through the bf16 attention primitives on the CPU backend, jitted:
+    float32 gradients within the bf16 bound of the float64 ones."""
+    import funcgrad
+    import funcgrad.numpy as fnp
+    from funcgrad import nn
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((1, 6, 4, 8)).astype(np.float32)
+    k, v = (rng.standard_normal((1, 6, 2, 8)).astype(np.float32) for _ in range(2))
+
+    def loss(q, k, v, dt=bfloat16):
+        o = nn.dot_product_attention(q.astype(dt), k.astype(dt), v.astype(dt), is_causal=True)
+        return fnp.sum(o.astype(q.dtype) ** 2)
+    cpu = [funcgrad.device_put(x, "cpu") for x in (q, k, v)]
+    got = funcgrad.jit(funcgrad.grad(loss, argnums=(0, 1, 2)))(*cpu)
+    want = funcgrad.grad(lambda *a: loss(*a, dt=np.float64), argnums=(0, 1, 2))(
+        *(x.astype(np.float64) for x in (q, k, v)))
+    for name, g_, w_ in zip("qkv", got, want):
+        assert g_.dtype == np.float32
+        _close(g_, np.asarray(w_), f"d{name}", 8)
+
+
 def test_bf16_numpy_impls_compute_in_float32():
     """The numpy impls (CPU backend) take bf16 operands: results bf16, stats float32."""
     _, q, k, v, do = _bf(*operands(1, 5, 6, 1, 2, 8, 8))
@@ -105,6 +131,8 @@ def test_bf16_numpy_impls_compute_in_float32():
     _close(o, want, "numpy attention", 8)
 
 
+@pytest.mark.cuda
+@needs_cuda
 @pytest.mark.skipif(_sim(), reason="GPU only: T = 4096 would take hours in the simulator")
 def test_bf16_long_sequence_gqa_hd128_matches_float64():
     """T = 4096, head dim 128, 8 query heads on 2 key heads, causal: o, the statistics, dq
