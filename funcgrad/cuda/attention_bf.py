@@ -24,6 +24,8 @@ intrinsics (SIM_SOURCE, one warp a block).
 """
 from __future__ import annotations
 
+from funcgrad.cuda.attention_bf_sim import SIM_SOURCE
+
 SIM_CONFIG = (1, 16)   # the simulator: one warp (the emulated mma needs the whole warp)
 MODES = ("fwd", "stats", "dq", "dkv")
 # (warps, streamed rows) in order of preference; the first whose shared memory fits the budget
@@ -37,64 +39,6 @@ BUDGET = 113 * 1024   # two blocks an SM (attention_tc.budget)
 LOAD_WORDS = 16   # words a thread's batch of tile loads brings (issued before their stores)
 PREFETCH = True   # streamed tiles' loads issued a step ahead (their latency behind the products)
 PREFETCH_REGS = 192   # ... where those words and the accumulators of a lane stay under this
-
-SIM_SOURCE = """
-import numpy as np
-
-
-@cuda.jit(device=True)
-def u2f(x):
-    return float32(np.array(int(x) & 0xFFFFFFFF, np.uint32).view(np.float32))
-
-
-@cuda.jit(device=True)
-def _bits(x):
-    b = int(np.array(x, np.float32).view(np.uint32))
-    if (b & 0x7F800000) == 0x7F800000 and (b & 0x7FFFFF):
-        return ((b >> 16) | 0x40) & 0xFFFF
-    return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) & 0xFFFF
-
-
-@cuda.jit(device=True)
-def pack_bf16(lo, hi):
-    return uint32(_bits(lo) | (_bits(hi) << 16))
-
-
-@cuda.jit(device=True)
-def ldv4(x, i):
-    return x[i], x[i + uint64(1)], x[i + uint64(2)], x[i + uint64(3)]
-
-
-@cuda.jit(device=True)
-def st4(x, i, a, b, c, d):
-    x[i] = a
-    x[i + uint64(1)] = b
-    x[i + uint64(2)] = c
-    x[i + uint64(3)] = d
-
-
-@cuda.jit(device=True)
-def mma_bf16(scr, lane, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
-    g = lane // 4
-    t = lane - g * 4
-    for r, x in ((g * 16 + 2 * t, a0), ((g + 8) * 16 + 2 * t, a1), (g * 16 + 2 * t + 8, a2),
-                 ((g + 8) * 16 + 2 * t + 8, a3)):
-        scr[r] = u2f(uint32(x) << 16)
-        scr[r + 1] = u2f(uint32(x) & 0xFFFF0000)
-    for k, x in ((2 * t, b0), (2 * t + 8, b1)):
-        scr[256 + k * 8 + g] = u2f(uint32(x) << 16)
-        scr[256 + (k + 1) * 8 + g] = u2f(uint32(x) & 0xFFFF0000)
-    cuda.syncthreads()
-    d0, d1, d2, d3 = c0, c1, c2, c3
-    for k in range(16):
-        d0 += scr[g * 16 + k] * scr[256 + k * 8 + 2 * t]
-        d1 += scr[g * 16 + k] * scr[256 + k * 8 + 2 * t + 1]
-        d2 += scr[(g + 8) * 16 + k] * scr[256 + k * 8 + 2 * t]
-        d3 += scr[(g + 8) * 16 + k] * scr[256 + k * 8 + 2 * t + 1]
-    cuda.syncthreads()
-    return float32(d0), float32(d1), float32(d2), float32(d3)
-"""
-
 
 def row_words(D):
     """Words between two rows of a tile: D / 2 pairs and 4 words of padding."""

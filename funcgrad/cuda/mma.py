@@ -5,7 +5,7 @@ column-major, tf32 inputs, float32 accumulators). Lane l = 4 g + t (g = l // 4, 
 holds A[g, t], A[g + 8, t], A[g, t + 4], A[g + 8, t + 4]; B[t, g], B[t + 4, g]; and
 C/D[g, 2t], C/D[g, 2t + 1], C/D[g + 8, 2t], C/D[g + 8, 2t + 1]. `tf32` rounds a float32 to
 tf32 (cvt.rna: nearest, ties away from zero). The simulator cannot run inline PTX: generated
-kernels carry Python emulations instead (attention_tc.SIM_SOURCE), through shared memory.
+kernels carry Python emulations instead (attention_tc_sim.SIM_SOURCE), through shared memory.
 """
 from __future__ import annotations
 
