@@ -25,8 +25,10 @@ SHAPES = [("S2", 4, 2048, 8, 2, 128), ("S1", 8, 1024, 12, 12, 64),
 SWEEP = ("S2", "S1")   # every variant at these shapes; the others time the first prefetched one
 # (kind, mode, D, (warps, rows), prefetch): the variants compiled and timed
 TF32 = ([("tf32", "fwdl", 128, c, p) for c, p in (((8, 32), False), ((8, 32), True))]
-        + [("tf32", m, 128, c, p) for m in ("dq", "dkv")
-           for c, p in (((4, 32), False), ((4, 32), True), ((4, 16), True))]
+        + [("tf32", "dq", 128, c, p) for c, p in (((4, 32), False), ((4, 32), True),
+                                                   ((4, 16), True))]
+        + [("tf32", "dkv", 128, c, p) for c, p in (((4, 32), False), ((4, 16), False),
+                                                    ((4, 16), True))]
         + [("tf32", m, 64, c, p) for m, c in (("fwdl", (4, 32)), ("dq", (4, 16)),
                                                ("dkv", (4, 16))) for p in (False, True)])
 BF16 = ([("bf16", "fwd", 128, c, True) for c in ((4, 64), (4, 32))]
@@ -103,6 +105,16 @@ def _compile(var):
         return var, time.time() - t0, repr(e)[:300]
 
 
+def _prefetched(var):
+    """Whether var's kernel prefetches (PREFETCH on and its registers within PREFETCH_REGS)."""
+    from funcgrad.cuda import attention_bf as AB
+    from funcgrad.cuda import attention_tc as ATC
+    kind, mode, d, cfg, pf = var
+    gen = ATC._Gen(mode, d, cfg, False, True) if kind == "tf32" else AB._Gen(mode, d, cfg, False,
+                                                                            True)
+    return pf and gen.prefetches()
+
+
 def _gpu_ms(call, reps):
     from numba import cuda
     from torch.profiler import ProfilerActivity, profile
@@ -148,7 +160,8 @@ def ours(variants, shapes, reps):
                     same = bool(np.array_equal(out.view(np.uint8), base[key].view(np.uint8)))
                 base.setdefault(key, out)
                 emit(what="kernel_ms", shape=name, kind=kind, mode=var[1], config=var[3],
-                     prefetch=var[4], ms=round(ms, 4), bit_equal=same,
+                     prefetch=var[4], prefetched=_prefetched(var), ms=round(ms, 4),
+                     bit_equal=same,
                      tflops=round(UNITS[var[1]] * _flop(b, t, n, h) / ms / 1e9, 1))
 
 
