@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 
+from funcgrad.cuda import attention_bfl as ABL
 from funcgrad.cuda import attention_src as AS
 from funcgrad.cuda import attention_tc as ATC
 from funcgrad.cuda import runtime
@@ -142,7 +143,7 @@ def _tc_launch(mode, tc, ops, args, tail_of, b, rows, heads):
     configuration needs; where the driver refuses, relaunches under a 48 KB configuration."""
     d, (w, bc) = tc
     vec = _vec_ok(ops)
-    kern = runtime.kernel(("attention_tc", mode, d, w, bc, vec, ATC.FAST_LOADS),
+    kern = runtime.kernel(("attention_tc", mode, d, w, bc, vec, ATC.FAST_LOADS, ATC.PREFETCH),
                           lambda: ATC.source(mode, d, (w, bc), runtime.SIM, runtime.jit_opts(),
                                              vec))
     nbytes = ATC.smem_bytes(mode, d, (w, bc))
@@ -233,6 +234,8 @@ def attention(q, k, v, scale, causal, aval, precision=None):
     out = pool().empty(aval.shape, aval.dtype)
     if out.size == 0:
         return out
+    if ABL.is_bf16(q):   # (no keys: the kernel's rows are zero)
+        return ABL.fwd(q, k, v, scale, causal, out)
     if k.shape[1] == 0:   # no keys: every row is zero (the composed softmax . v)
         return fill(out, 0)
     return _launch("fwd", [q, k, v], [], out, q, k, v.shape[3], scale, causal, None,
@@ -247,6 +250,8 @@ def stats(q, k, o, do, scale, causal, aval):
         st = np.zeros(aval.shape, aval.dtype)
         st[..., 0] = -np.inf
         return from_host(st)
+    if ABL.is_bf16(q):
+        return ABL.stats(q, k, o, do, scale, causal, out)
     return _launch("stats", [q, k, o, do], [], out, q, k, o.shape[3], scale, causal,
                    aval.dtype)
 
@@ -254,6 +259,8 @@ def stats(q, k, o, do, scale, causal, aval):
 def _dq_into(out, q, k, v, do, st, scale, causal, precision=None):
     if out.size == 0:
         return out
+    if ABL.is_bf16(q):   # (no keys: the kernel's rows are zero)
+        return ABL.dq(q, k, v, do, contiguous(st), scale, causal, out)
     if k.shape[1] == 0:
         return fill(out, 0)
     return _launch("dq", [q, k, v, do], [contiguous(st)], out, q, k, v.shape[3], scale,
@@ -262,6 +269,12 @@ def _dq_into(out, q, k, v, do, st, scale, causal, precision=None):
 
 def _dkv_into(out, q, k, v, do, st, scale, causal, precision=None):
     if out.size == 0:
+        return out
+    if ABL.is_bf16(q):   # (no queries: the partials are zero)
+        h = k.shape[3]
+        ABL.dkv(q, k, v, do, contiguous(st), scale, causal,
+                out.view(k.shape, out.strides, out.offset),
+                out.view(v.shape, out.strides, out.offset + h))
         return out
     if q.shape[1] == 0 or q.shape[0] == 0:
         return fill(out, 0)
@@ -334,6 +347,11 @@ def bwd(q, k, v, do, st, scale, causal, aval, precision=None, packed=False):
     s, kh, hv = k.shape[1], k.shape[2], v.shape[3]
     n_q = b * t * n * h
     dqv, dkv_, dvv = _bwd_views(out, q, k, v, packed)
+    if ABL.is_bf16(q):   # the tensor-core dq and dkv, storing into the layout's views
+        _dq_into(dqv, q, k, v, do, st, scale, causal)
+        if dkv_.size + dvv.size:
+            ABL.dkv(q, k, v, do, contiguous(st), scale, causal, dkv_, dvv)
+        return out
     d, cfg = _simt_config("bwd", q, h, hv)
     if (n_q == 0 or b * s * kh * (h + hv) == 0 or cfg[0] != cfg[1]
             or _tc_config("dq", q, h, hv, precision) is not None):
@@ -424,3 +442,4 @@ def _lowerings():
 
 
 LOWERINGS = _lowerings()
+ABL.HOOKS.update(opt_in=_opt_in, smem_limit=smem_limit, dkv_split=_dkv_split)

@@ -27,11 +27,18 @@ batch of rows' loads issued before their stores (LOAD_FLOATS a thread in flight)
 loop of before (a division, a 64-bit index and one load in flight per element) is kept for
 shapes the threads do not tile.
 
+The streamed tiles (K / V; dkv's Q / dO with their lse and delta) are prefetched a step ahead
+where the registers allow (PREFETCH, PREFETCH_REGS): after the barrier that publishes a tile,
+the next tile's loads are issued into registers, and they are stored at the next step, so their
+latency hides behind this tile's products (bit-identical to loading in place).
+
 dkv spreads a key head's G query heads over GS blocks (`dkv_splits`, shape-only) that write
 partial dK | dV rows; `sum_source`'s kernel adds them in head order (deterministic, no atomics):
 at S2 (4 query heads a key head, 64-row key tiles) 256 blocks become 1,024.
 """
 from __future__ import annotations
+
+from funcgrad.cuda.attention_tc_sim import SIM_SOURCE
 
 # Shared memory is dynamic (sized at launch); a block over 48 KB opts in to more
 # (attention.py: the kernel's CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES). SMEM_BYTES is
@@ -72,56 +79,12 @@ SIM_TARGET_BLOCKS = 4
 # element loop of before (benchmarks compare the two)
 FAST_LOADS = True
 LOAD_FLOATS = 16   # floats a thread's batch of loads brings (registers: at most these live)
-
-# the simulator's stand-ins for mma.py's intrinsics (one warp per block there, so syncthreads
-# is the warp's barrier; every lane writes its fragments to a 192-word scratch, then computes)
-# and for the vector loads and stores (vecmem.ldv4, attention_ld.st4: four scalar accesses)
-SIM_SOURCE = """
-import numpy as np
-
-
-@cuda.jit(device=True)
-def mma_tf32(scr, lane, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
-    g = lane // 4
-    t = lane - g * 4
-    scr[g * 8 + t] = a0
-    scr[(g + 8) * 8 + t] = a1
-    scr[g * 8 + t + 4] = a2
-    scr[(g + 8) * 8 + t + 4] = a3
-    scr[128 + t * 8 + g] = b0
-    scr[128 + (t + 4) * 8 + g] = b1
-    cuda.syncthreads()
-    d0, d1, d2, d3 = c0, c1, c2, c3
-    for k in range(8):
-        d0 += scr[g * 8 + k] * scr[128 + k * 8 + 2 * t]
-        d1 += scr[g * 8 + k] * scr[128 + k * 8 + 2 * t + 1]
-        d2 += scr[(g + 8) * 8 + k] * scr[128 + k * 8 + 2 * t]
-        d3 += scr[(g + 8) * 8 + k] * scr[128 + k * 8 + 2 * t + 1]
-    cuda.syncthreads()
-    return float32(d0), float32(d1), float32(d2), float32(d3)
-
-
-@cuda.jit(device=True)
-def ldv4(x, i):
-    return x[i], x[i + uint64(1)], x[i + uint64(2)], x[i + uint64(3)]
-
-
-@cuda.jit(device=True)
-def st4(x, i, a, b, c, d):
-    x[i] = a
-    x[i + uint64(1)] = b
-    x[i + uint64(2)] = c
-    x[i + uint64(3)] = d
-
-
-@cuda.jit(device=True)
-def tf32(x):
-    b = int(np.array(x, np.float32).view(np.uint32))
-    if (b & 0x7F800000) != 0x7F800000:
-        b = (b + 0x1000) & 0xFFFFE000
-    return float32(np.array(b, np.uint32).view(np.float32))
-"""
-
+# the streamed tiles' loads are issued a tile ahead, into registers (stored after the block's
+# barrier): their latency hides behind the tile being computed
+PREFETCH = True
+# ... where the prefetched floats and the accumulators a lane holds stay under this many
+# registers (S2's dkv at head dim 128, 4 x 32: 64 + 160, keeps loading in place)
+PREFETCH_REGS = 192
 
 def smem_words(mode, D, W, BC):
     """Shared-memory words of one block: the row tiles, the streamed tiles (and dkv's stats)."""
@@ -183,16 +146,21 @@ class _Gen:
         self.emit(ind, f"r0, r1, r2, r3 = mma_tf32({pre}{', '.join(a + b + c)})",
                   *(f"{x} = r{i}" for i, x in enumerate(c)))
 
-    def load(self, ind, r0, limit, NR, ops):
+    def load(self, ind, r0, limit, NR, ops, phase=None):
         """sm[base + r R + d] = tf32(op[b, r0 + r, head, d]) (0 outside [0, limit) x [0,
         width)) for r < NR, d < D, for each (op, head, width, base); coalesced along d.
 
         Where the block's threads cover whole rows (NT a multiple of D), a thread keeps one
         column d and walks rows NT / D apart: its global index is a hoisted base plus the row
         times the row stride, and UN rows' loads of every operand are issued before their
-        stores (UN x operands loads in flight a thread, not one)."""
+        stores (UN x operands loads in flight a thread, not one). phase "issue" emits only
+        the loads (every row's, into registers), "store" only their stores (the prefetch of
+        the next streamed tile: its loads fly while the block computes on this one); shapes
+        the threads do not tile load whole in the "store" phase."""
         D, R, NT = self.D, self.R, self.NT
-        if NT % D or NR % (NT // D) or not FAST_LOADS:
+        if not self.tiled(NR):
+            if phase == "issue":
+                return
             self.emit(ind, f"for i in range(tid, {NR * D}, {self.NT}):", f"    r = i // {D}",
                       f"    d = i - r * {D}", f"    rr = {r0} + r")
             for op, head, width, base in ops:
@@ -201,42 +169,93 @@ class _Gen:
                           f"{op}s1 + {head} * {op}s2 + d * {op}s3)])",
                           f"sm[uint64({base} + r * {R} + d)] = tf32(x)")
             return
-        cw = D // 4 if self.vec else D   # threads a row (a thread: 4 columns when vec)
-        if self.vec and (NT % cw or NR % (NT // cw)):
-            cw = D
+        cw = self.cols(NR)
         rs = NT // cw
         steps = NR // rs
         per = len(ops) * D // cw   # floats a row of loads brings a thread
         un = max(u for u in range(1, steps + 1) if steps % u == 0 and u * per <= LOAD_FLOATS
-                 or u == 1)
-        self.emit(ind, f"ldr = tid // {cw}", f"ldc = (tid - ldr * {cw}) * {D // cw}")
-        for op, head, width, base in ops:
-            self.emit(ind, f"ld{op} = {op}o + b * {op}s0 + {head} * {op}s2 + ldc * {op}s3",
-                      f"lw{op} = ldc < {width}")
-        self.emit(ind, f"for u in range({steps // un}):")
+                 or u == 1) if phase is None else steps
+        if phase != "store":
+            self.emit(ind, f"ldr = tid // {cw}", f"ldc = (tid - ldr * {cw}) * {D // cw}")
+            for op, head, width, _ in ops:
+                self.emit(ind, f"ld{op} = {op}o + b * {op}s0 + {head} * {op}s2 + ldc * {op}s3",
+                          f"lw{op} = ldc < {width}")
+        if phase is None:
+            self.emit(ind, f"for u in range({steps // un}):")
+            ind, u = ind + 1, f"u * {un} + "
+        else:
+            u = ""
         for k in range(un):
-            self.emit(ind + 1, f"lr{k} = ldr + (u * {un} + {k}) * {rs}",
-                      f"lrr{k} = {r0} + lr{k}")
+            self.emit(ind, f"lr{k} = ldr + ({u}{k}) * {rs}")
+            if phase == "store":
+                continue
+            self.emit(ind, f"lrr{k} = {r0} + lr{k}")
             for op, _, _, _ in ops:
                 if cw == D:
-                    self.emit(ind + 1, f"lx{op}{k} = float32(0)",
+                    self.emit(ind, f"lx{op}{k} = float32(0)",
                               f"if lrr{k} < {limit} and lw{op}:",
                               f"    lx{op}{k} = float32({op.upper()}a[uint64(ld{op} + lrr{k} "
                               f"* {op}s1)])")
                     continue
                 xs = [f"lx{op}{k}_{e}" for e in range(4)]
-                self.emit(ind + 1, *(f"{x} = float32(0)" for x in xs),
+                self.emit(ind, *(f"{x} = float32(0)" for x in xs),
                           f"if lrr{k} < {limit} and lw{op}:",
                           f"    {', '.join(xs)} = ldv4({op.upper()}a, uint64(ld{op} + lrr{k} "
                           f"* {op}s1))")
+        if phase == "issue":
+            return
         for k in range(un):
             for op, _, _, base in ops:
                 at = f"uint64({base} + lr{k} * {R} + ldc)"
                 if cw == D:
-                    self.emit(ind + 1, f"sm[{at}] = tf32(lx{op}{k})")
+                    self.emit(ind, f"sm[{at}] = tf32(lx{op}{k})")
                 else:
-                    self.emit(ind + 1, f"st4(sm, {at}, "
+                    self.emit(ind, f"st4(sm, {at}, "
                               + ", ".join(f"tf32(lx{op}{k}_{e})" for e in range(4)) + ")")
+
+    def prefetches(self):
+        """Whether the streamed tiles are prefetched: PREFETCH, a tiled shape, and the
+        prefetched floats (two operands) plus the accumulators within PREFETCH_REGS."""
+        accs = {"fwd": (1, 1), "fwdl": (1, 1), "dq": (1, 2), "dkv": (2, 2)}[self.mode]
+        regs = (2 * self.BC * self.D // self.NT + 4 * self.DT * accs[0]
+                + 4 * self.NJ * accs[1])
+        return PREFETCH and self.tiled(self.BC) and regs <= PREFETCH_REGS
+
+    def tiled(self, NR):
+        """Whether the block's threads tile NR rows (one column each, rows NT / D apart)."""
+        D, NT = self.D, self.NT
+        return FAST_LOADS and NT % D == 0 and NR % (NT // D) == 0
+
+    def cols(self, NR):
+        """Threads a row of a tiled load (a thread: 4 columns when vec)."""
+        D, NT = self.D, self.NT
+        cw = D // 4 if self.vec else D
+        return D if self.vec and (NT % cw or NR % (NT // cw)) else cw
+
+    def streamed(self, ind, r0, limit, ops, pre=None):
+        """The streamed tile at rows r0 .. into shared memory: loaded here, or (prefetch:
+        PREFETCH and a tiled shape) its registers stored and the next tile's loads issued
+        (pre: the loop's prologue, the first tile's loads issued before it)."""
+        if not self.prefetches():
+            if pre is None:
+                self.load(ind, r0, limit, self.BC, ops)
+                self.emit(ind, "cuda.syncthreads()")
+            return False
+        if pre is not None:
+            self.load(ind, pre, limit, self.BC, ops, "issue")
+            return True
+        self.load(ind, "", limit, self.BC, ops, "store")
+        self.emit(ind, "cuda.syncthreads()")
+        self.load(ind, f"{r0} + {self.BC}", limit, self.BC, ops, "issue")
+        return True
+
+    def stats_regs(self, ind, c):
+        """plse, pdl: the (lse, delta) of query row c + tid of head n1 (tid < BC; lse +inf
+        where it is -inf or the row is past T: probabilities 0), the prefetch's registers."""
+        self.emit(ind, "plse = POS", "pdl = float32(0)", f"if tid < {self.BC} and {c} + tid < T:",
+                  f"    sti = sto + ((b * N + n1) * T + {c} + tid) * 2",
+                  "    x = float32(ST[sti])", "    plse = POS if x == NEG else x",
+                  "    pdl = float32(ST[sti + 1])")
 
     def zero(self, ind, name, n):
         self.emit(ind, f"for j in range({n}):", "    for e in range(4):",
@@ -329,10 +348,11 @@ def _fwd(g, lse_out):
     g.query_rows()
     g.load(1, "row0", "T", BR, [("q", "n", "H", QB)])
     g.zero(1, "o", g.DT)
+    kv = [("k", "kh", "H", KB), ("v", "kh", "HV", VB)]
+    g.streamed(1, None, "S", kv, pre="0")
     g.emit(1, "m0 = NEG", "m1 = NEG", "l0 = float32(0)", "l1 = float32(0)",
            f"for c0 in range(0, lim, {BC}):", "    cuda.syncthreads()")
-    g.load(2, "c0", "S", BC, [("k", "kh", "H", KB), ("v", "kh", "HV", VB)])
-    g.emit(2, "cuda.syncthreads()")
+    g.streamed(2, "c0", "S", kv)
     g.prod_rows(2, "s", QB, KB)
     g.emit(2, "mx0 = NEG", "mx1 = NEG")
     g.entries(2, "c0")
@@ -380,9 +400,10 @@ def _dq(g):
                f"    sti = sto + ((b * N + n) * T + {row}) * 2", "    x = float32(ST[sti])",
                f"    lse{i} = POS if x == NEG else x", f"    dl{i} = float32(ST[sti + 1])")
     g.zero(1, "dq", g.DT)
+    kv = [("k", "kh", "H", KB), ("v", "kh", "HV", VB)]
+    g.streamed(1, None, "S", kv, pre="0")
     g.emit(1, f"for c0 in range(0, lim, {BC}):", "    cuda.syncthreads()")
-    g.load(2, "c0", "S", BC, [("k", "kh", "H", KB), ("v", "kh", "HV", VB)])
-    g.emit(2, "cuda.syncthreads()")
+    g.streamed(2, "c0", "S", kv)
     g.prod_rows(2, "s", QB, KB)
     g.prod_rows(2, "p", GB, VB)
     # dS = P * (dP - delta), P = exp(s q.k - lse) (masked: 0)
@@ -413,24 +434,40 @@ def _dkv(g):
     g.load(1, "row0", "S", BR, [("k", "kh", "H", KB), ("v", "kh", "HV", VB)])
     g.zero(1, "dk", g.DT)
     g.zero(1, "dv", g.DT)
-    g.emit(1, "for gi in range(GH):", "    n = kh * G + gs * GH + gi",
-           f"    for c0 in range(start, T, {BC}):", "        cuda.syncthreads()")
-    g.load(3, "c0", "T", BC, [("q", "n", "H", QB), ("g", "n", "HV", GB)])
-    g.emit(3, f"for j in range(tid, {BC}, {g.NT}):", "    tq = c0 + j", "    lse_ = POS",
-           "    dl_ = float32(0)", "    if tq < T:",
-           "        sti = sto + ((b * N + n) * T + tq) * 2", "        x = float32(ST[sti])",
-           "        lse_ = POS if x == NEG else x", "        dl_ = float32(ST[sti + 1])",
-           f"    sm[{LB} + j] = lse_", f"    sm[{LB + BC} + j] = dl_", "cuda.syncthreads()")
-    g.prod_rows(3, "s", KB, QB)
-    g.prod_rows(3, "p", VB, GB)
+    qg = [("q", "n1", "H", QB), ("g", "n1", "HV", GB)]
+    # one loop over (query head, query tile); with prefetch, the next step's tile (n1, c1)
+    g.emit(1, f"nt = (T - start + {BC - 1}) // {BC}", "n1 = kh * G + gs * GH", "c1 = start")
+    pf = g.BC <= g.NT and g.streamed(1, None, "T", qg, pre="c1")
+    if pf:
+        g.stats_regs(1, "c1")
+    g.emit(1, "for it in range(GH * nt):", "    gi = it // nt", "    n = kh * G + gs * GH + gi",
+           f"    c0 = start + (it - gi * nt) * {BC}", "    cuda.syncthreads()")
+    if pf:
+        g.emit(2, "n1 = n + (1 if it - gi * nt == nt - 1 else 0)",
+               f"c1 = start if it - gi * nt == nt - 1 else c0 + {BC}",
+               "if it == GH * nt - 1:", "    c1 = T")
+        g.load(2, "", "T", BC, qg, "store")
+        g.emit(2, "if tid < " + str(BC) + ":", f"    sm[{LB} + tid] = plse",
+               f"    sm[{LB + BC} + tid] = pdl", "cuda.syncthreads()")
+        g.load(2, "c1", "T", BC, qg, "issue")
+        g.stats_regs(2, "c1")
+    else:
+        g.load(2, "c0", "T", BC, [("q", "n", "H", QB), ("g", "n", "HV", GB)])
+        g.emit(2, f"for j in range(tid, {BC}, {g.NT}):", "    tq = c0 + j", "    lse_ = POS",
+               "    dl_ = float32(0)", "    if tq < T:",
+               "        sti = sto + ((b * N + n) * T + tq) * 2", "        x = float32(ST[sti])",
+               "        lse_ = POS if x == NEG else x", "        dl_ = float32(ST[sti + 1])",
+               f"    sm[{LB} + j] = lse_", f"    sm[{LB + BC} + j] = dl_", "cuda.syncthreads()")
+    g.prod_rows(2, "s", KB, QB)
+    g.prod_rows(2, "p", VB, GB)
     # P^T and dS^T (a key row sees queries at or after it when causal)
-    g.entries(3, "c0")
-    g.emit(5, "key = keyA if e < 2 else keyB", "li = j * 8 + 2 * t + (e & 1)",
+    g.entries(2, "c0")
+    g.emit(4, "key = keyA if e < 2 else keyB", "li = j * 8 + 2 * t + (e & 1)",
            f"x = math.exp(s[j, e] * sc - sm[{LB} + li])",
            "if causal and col < key:", "    x = float32(0)", "s[j, e] = x",
            f"p[j, e] = x * (p[j, e] - sm[{LB + BC} + li])")
-    g.prod_out(3, "dv", "s", GB)
-    g.prod_out(3, "dk", "p", QB)
+    g.prod_out(2, "dv", "s", GB)
+    g.prod_out(2, "dk", "p", QB)
     base = "outo + gs * PS + ((b * S + {row}) * KH + kh) * (H + HV)"
     rows = [("keyA", 0), ("keyB", 2)]
     g.store_rows(1, rows, "dk", "DKV", base, "H", " * sc", bound="S")

@@ -16,7 +16,8 @@ operands merge into attention_bwd (funcgrad/prims/attention_bwd.py: one pass on 
 impls walk the queries in chunks, so memory grows with T, not T x S. The rules of the three
 backward primitives (their own vjp and jvp, for higher-order derivatives) differentiate a
 composed reference written with funcgrad.numpy: those materialize T x S, and only second-order
-use pays for it. float16 operands compute in float32; the stats are float32 for them. The CUDA
+use pays for it. float16 and bfloat16 operands compute in float32; the stats are float32 for
+them. The CUDA
 kernels live in funcgrad/cuda/attention.py.
 """
 from __future__ import annotations

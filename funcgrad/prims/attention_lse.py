@@ -10,7 +10,7 @@ rewrite after optimization replaces the pair by
 
 so the forward kernel writes the logsumexp it already has and the backward's statistics cost
 one read of o and do. o and lse are contiguous slices of the flat result (views). float32 and
-float64 only (float16's statistics are float32, another dtype than o).
+float64 only (float16's and bfloat16's statistics are float32, another dtype than o).
 """
 from __future__ import annotations
 
