@@ -38,6 +38,8 @@ at S2 (4 query heads a key head, 64-row key tiles) 256 blocks become 1,024.
 """
 from __future__ import annotations
 
+import os
+
 from funcgrad.cuda.attention_tc_sim import SIM_SOURCE
 
 # Shared memory is dynamic (sized at launch); a block over 48 KB opts in to more
@@ -80,8 +82,8 @@ SIM_TARGET_BLOCKS = 4
 FAST_LOADS = True
 LOAD_FLOATS = 16   # floats a thread's batch of loads brings (registers: at most these live)
 # the streamed tiles' loads are issued a tile ahead, into registers (stored after the block's
-# barrier): their latency hides behind the tile being computed
-PREFETCH = True
+# barrier): their latency hides behind the tile being computed (FUNCGRAD_ATTN_PREFETCH=0: off)
+PREFETCH = os.environ.get("FUNCGRAD_ATTN_PREFETCH", "1") != "0"
 # ... where the prefetched floats and the accumulators a lane holds stay under this many
 # registers (S2's dkv at head dim 128, 4 x 32: 64 + 160, keeps loading in place)
 PREFETCH_REGS = 192

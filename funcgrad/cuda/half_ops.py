@@ -4,11 +4,11 @@ bfloat16 buffers are 16-bit storage (funcgrad/cuda/half.py). The kernels in NATI
 store it themselves and compute in float32: elementwise ops and casts, views and layout kernels,
 reductions (float32 accumulators), gathers and scatters (scatter_add sums in float32, no
 atomics), dot_general (cuBLAS bf16 with fp32 accumulation), the fused row primitives and their
-backward, dynamic slices and loops. Every other primitive given bfloat16 operands runs on
-float32 copies and rounds its results back to bfloat16, as XLA's bfloat16 normalization does
-for ops without a bf16 kernel (`WIDENED`: flash attention until its bf16 tensor-core kernels
-land, argsort, convolutions and windows, linalg); their products at the default precision take
-TF32, exact on bfloat16 values. The float8 types (`STORAGE_ONLY_DTYPES`)
+backward, flash attention (mma.sync bf16 tensor cores), dynamic slices and loops. Every
+other primitive given bfloat16 operands runs on float32 copies and rounds its results back to
+bfloat16, as XLA's bfloat16 normalization does for ops without a bf16 kernel (`WIDENED`:
+argsort, convolutions and windows, linalg, attention's fused forward-with-logsumexp); their
+products at the default precision take TF32, exact on bfloat16 values. The float8 types (`STORAGE_ONLY_DTYPES`)
 move only: views, layout kernels, gathers and dynamic slices take them as bytes; any other
 primitive raises TypeError naming the primitive, the dtype and the user's line.
 """
@@ -30,7 +30,10 @@ NATIVE = MOVES | frozenset({
     "convert_element_type", "iota", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min",
     "argmax", "argmin", "scatter_add", "dot_general", "softmax", "log_softmax", "softmax_xent",
     "layer_norm", "rms_norm", "softmax_bwd", "log_softmax_bwd", "softmax_xent_bwd",
-    "layer_norm_bwd", "rms_norm_bwd"})
+    "layer_norm_bwd", "rms_norm_bwd",
+    # bfloat16 flash attention on tensor cores (attention_bfl.py); attention_fwdl and
+    # attention_delta (the TF32 path's fused forward-with-logsumexp) stay widened
+    "attention", "attention_stats", "attention_dq", "attention_dkv", "attention_bwd"})
 _STORAGE = frozenset(STORAGE_ONLY_DTYPES)
 WIDENED: set = set()   # names of the primitives that ran widened in this process (tests)
 

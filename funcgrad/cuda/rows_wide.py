@@ -23,7 +23,8 @@ import numpy as np
 
 from funcgrad.cuda import runtime
 from funcgrad.cuda.arrays import DeviceBuffer, pool
-from funcgrad.cuda.elementwise import compute_t, contiguous, nbt
+from funcgrad.cuda.elementwise import compute_t, contiguous, storer
+from funcgrad.cuda.elementwise import load as load_src
 
 UNROLL = 2       # runs a thread loads before it uses them (loads in flight)
 
@@ -106,12 +107,12 @@ def _block_pair(T, sim, neg, ct, ind="        "):
     return lines
 
 
-def source(kind: str, dtype, V: int) -> str:
+def source(kind: str, dtype, V: int, cr_dtype=None) -> str:
     """kernel(R, N, x, xo, lab, labo, <err | cr, cro>, o, oo) for kind "fwd" (o: the loss
     per row; err: the bad-label flags) or "bwd" (o: dlogits rows; cr: the cotangent per row),
     runs of V elements (V > 1: vector accesses on a GPU)."""
     T, sim = threads(), runtime.SIM
-    ct, out = compute_t(dtype), nbt(dtype)
+    ct, out = compute_t(dtype), storer(dtype)
     vec = V > 1 and not sim
     neg = f"{ct}(-math.inf)"
     sig = "R, N, x, xo, lab, labo, " + ("err, " if kind == "fwd" else "cr, cro, ") + "o, oo"
@@ -126,8 +127,8 @@ def source(kind: str, dtype, V: int) -> str:
     def load(at, u):
         if vec:
             return [f"r{u}_ = ldv{V}(x, base + {at})"] + [
-                f"x{u}_{e} = {ct}(r{u}_[{e}])" for e in range(V)]
-        return [f"x{u}_{e} = {ct}(x[base + {at} + {e}])" for e in range(V)]
+                f"x{u}_{e} = {load_src(dtype, f'r{u}_[{e}]')}" for e in range(V)]
+        return [f"x{u}_{e} = {load_src(dtype, f'x[base + {at} + {e}]')}" for e in range(V)]
 
     def stats(at, u):
         lines = [f"c_ = x{u}_0"] + [f"c_ = c_ if (c_ > x{u}_{e} or c_ != c_) else x{u}_{e}"
@@ -145,9 +146,9 @@ def source(kind: str, dtype, V: int) -> str:
                 "            if c < 0 or c >= N:", "                cuda.atomic.add(err, 0, 1)",
                 "                cuda.atomic.min(err, 1, row)",
                 f"                o[oo + row] = {out}(math.nan)", "            else:",
-                f"                o[oo + row] = {out}(math.log(a_) - ({ct}(x[base + c]) - mx))"]
+                f"                o[oo + row] = {out}(math.log(a_) - ({load_src(dtype, 'x[base + c]')} - mx))"]
     else:
-        src += [f"        cv = {ct}(cr[cro + row])", "        q = cv / a_",
+        src += [f"        cv = {load_src(cr_dtype or dtype, 'cr[cro + row]')}", "        q = cv / a_",
                 "        lb = int64(lab[labo + row])", "        ob = oo + row * N"]
 
         def put(at, u):
@@ -165,7 +166,7 @@ def _width(dtype, N, bufs) -> int:
     """4 (2 for 8-byte types) when N and every row-shaped buffer allow aligned runs, else 1."""
     from funcgrad.cuda.fusion import aligned
     V = 4 if np.dtype(dtype).itemsize <= 4 else 2
-    if N % V:
+    if N % V or np.dtype(dtype).name == "bfloat16":   # (16-bit bits: element accesses)
         return 1
     return V if all(aligned(b, V, runtime.SIM) for b in bufs) else 1
 
@@ -174,8 +175,9 @@ def _launch(kind, x, lab, third, out):
     N = x.shape[-1]
     R = x.size // N
     V = _width(x.dtype, N, [x] + ([out] if kind == "bwd" else []))
-    key = ("rows_wide", kind, x.dtype.name, lab.dtype.name, V, threads(), runtime.SIM)
-    kern = runtime.kernel(key, lambda: source(kind, x.dtype, V))
+    crd = third.dtype if kind == "bwd" else None
+    key = ("rows_wide", kind, x.dtype.name, lab.dtype.name, str(crd), V, threads(), runtime.SIM)
+    kern = runtime.kernel(key, lambda: source(kind, x.dtype, V, crd))
     grid = max(1, min(R, (1 if kind == "bwd" else 2) * sm_count() if not runtime.SIM else 2))
     if kind == "fwd":
         extra = [third.arr()]
