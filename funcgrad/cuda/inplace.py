@@ -64,3 +64,125 @@ def update_results(steps, expr, args=None) -> dict:
             made[s.out] = made[s.inputs[0]]
     return {v: w for v, w in made.items()
             if v in expr.outs and expr.outs.count(v) == 1 and args[w[1]].aval == v.aval}
+
+
+def _region(eqn, regions):
+    """(argument, element offset) of the C-contiguous run of an argument's memory that a slice
+    or reshape of a region var `eqn.inputs[0]` views, or None."""
+    src = regions.get(eqn.inputs[0])
+    if src is None:
+        return None
+    if eqn.prim.name == "reshape":
+        return src
+    shape = eqn.inputs[0].aval.shape
+    st = eqn.params.get("strides") or (1,) * len(shape)
+    lo, hi = eqn.params["start_indices"], eqn.params["limit_indices"]
+    if any(s != 1 for s in st):
+        return None
+    ext = [h - lo_ for lo_, h in zip(lo, hi)]
+    # one C-contiguous run: extent 1 before the first dim k of another extent, full after k
+    k = next((d for d, e in enumerate(ext) if e != 1), len(ext))
+    if any(ext[d] != shape[d] for d in range(k + 1, len(shape))):
+        return None
+    off, acc = 0, 1
+    for d in reversed(range(len(shape))):
+        off += lo[d] * acc
+        acc *= shape[d]
+    return src[0], src[1] + off
+
+
+def stacked_results(steps, expr, args=None) -> dict:
+    """{concatenate result: (its step index, argument index, [(step index of a
+    dynamic_update_slice or None, element offset)])} for stacks that may be written in place into an argument's memory: a KV-cache
+    step that updates each layer's slice of a stacked [layers, ...] cache and stacks the
+    slices again (`jnp.stack([lax.dynamic_update_slice(ck[i], k_i, ...) for i])`).
+
+    The result is the argument's type and an output (once), concatenated along a dim with
+    only dims of size 1 before it, so that piece j is one C-contiguous run of the argument's
+    memory; piece j is (through reshapes) the unchanged slice of the argument that it
+    replaces, or a dynamic_update_slice whose operand is that slice. Views of the argument
+    are read only by further views, by their piece's update (as its operand) and by the
+    concatenate, and the argument is no output: then each update writes its window into the
+    argument's memory, the stack moves no byte, and nothing reads a value overwritten."""
+    if args is None:
+        args = expr.in_binders[expr.n_consts:]
+    regions = {x: (i, 0) for i, x in enumerate(args)}   # var -> (argument, element offset)
+    view_eqn, made = {}, {}
+    for idx, (kind, s) in enumerate(steps):
+        if kind != "eqn":
+            continue
+        made[s.out] = (idx, s)
+        if s.prim.name in ("slice", "reshape") and s.inputs and s.inputs[0] in regions:
+            r = _region(s, regions)
+            if r is not None:
+                regions[s.out] = r
+                view_eqn[s.out] = idx
+    out = {}
+    for idx, (kind, s) in enumerate(steps):
+        if kind != "eqn" or s.prim.name != "concatenate" or expr.outs.count(s.out) != 1:
+            continue
+        found = _stack_pieces(s, regions, made, args)
+        if found is not None:
+            out[s.out] = (idx, found[0], found[1])
+    if not out:
+        return {}
+    # the readers of every view of the chosen arguments: views, their updates, the stack
+    views = set(view_eqn.values())
+    per_arg: dict = {}
+    for w in out.values():
+        per_arg[w[1]] = per_arg.get(w[1], 0) + 1
+    for v, (idx, i, pieces) in list(out.items()):
+        ok_dus = {d for d, _ in pieces if d is not None}
+        if args[i] in expr.outs or per_arg[i] > 1:
+            del out[v]
+            continue
+        for j, (kind, s) in enumerate(steps):
+            reads = [x for x in step_reads(kind, s) if regions.get(x, (None,))[0] == i]
+            if not reads:
+                continue
+            if j == idx or j in views:
+                continue
+            if (kind == "eqn" and j in ok_dus and s.inputs[0] in regions
+                    and all(regions.get(x, (None,))[0] != i for x in s.inputs[1:]
+                            if isinstance(x, Var))):
+                continue
+            del out[v]
+            break
+    return out
+
+
+def _stack_pieces(eqn, regions, made, args):
+    """(argument, [(update step or None, element offset)]) when every piece of concatenate
+    `eqn` is its own run of one argument (unchanged, or updated), else None."""
+    out_aval = eqn.out.aval
+    d = eqn.params["dimension"]
+    if any(n != 1 for n in out_aval.shape[:d]):
+        return None
+    inner = 1
+    for n in out_aval.shape[d + 1:]:
+        inner *= n
+    cands = [i for i, x in enumerate(args) if x.aval == out_aval]
+    pieces, arg, start = [], None, 0
+    for p in eqn.inputs:
+        if not isinstance(p, Var):
+            return None
+        m = p.aval.shape[d]
+        while p not in regions and p in made and made[p][1].prim.name == "reshape":
+            p = made[p][1].inputs[0]
+        dus = None
+        if p not in regions:
+            if p not in made or made[p][1].prim is not P.dynamic_update_slice_p:
+                return None
+            dus, s = made[p]
+            p = s.inputs[0]
+        r = regions.get(p)
+        if r is None or r[0] not in cands or (arg is not None and r[0] != arg):
+            return None
+        arg = r[0]
+        if r[1] != start * inner:
+            return None
+        pieces.append((dus, start * inner))
+        start += m
+    if arg is None or start != out_aval.shape[d]:
+        return None
+    return arg, pieces

@@ -26,6 +26,7 @@ from funcgrad.core import Array, Lit, Var, source_info
 from funcgrad.cuda import (
     arrays,
     concurrent,
+    dynamic,
     epilogue,
     fusion,
     inplace,
@@ -74,6 +75,12 @@ class Plan:
         self.consts = [c.buf if isinstance(c, Array) and c.device == "cuda"
                        else backend.from_numpy(np.asarray(c)) for c in consts]
         self.steps = rows_fuse.fuse(epilogue.fuse(fusion.plan_steps(expr), expr), expr)
+        # stacked caches written in place: the stack's step copies only pieces not in place,
+        # and the allocation of each update is noted when recorded (inplace.stacked_results)
+        self.stacks = {v: w for v, w in inplace.stacked_results(self.steps, expr).items()
+                       if w[1] in self.donate} if self.donate else {}
+        self.overrides = {w[0]: dynamic.stack_into for w in self.stacks.values()}
+        self.watch = {d: None for w in self.stacks.values() for d, _ in w[2] if d is not None}
         self.kernels: dict = {}  # (fused source, layouts) -> compiled kernel
         last = {}   # last use of every variable, to release buffers early
         for i, (kind, s) in enumerate(self.steps):
@@ -244,6 +251,7 @@ class Plan:
                 for o in s.outputs:
                     made_by[o] = (idx, s)
         updates = inplace.update_results(self.steps, expr)
+        regions = {}
         counts: dict = {}
         for b in outs:
             if isinstance(b.block, memplan._RecBlock):
@@ -254,6 +262,18 @@ class Plan:
             if (not isinstance(v, Var) or expr.outs.count(v) != 1
                     or not isinstance(blk, memplan._RecBlock) or counts[blk.k] != 1
                     or b.offset or not b.is_contiguous()):
+                continue
+            if v in self.stacks:   # a stack of updated runs of the argument (inplace.py)
+                idx, i, pieces = self.stacks[v]
+                ks = [self.watch.get(d) for d, _ in pieces if d is not None]
+                if i not in taken and None not in ks:
+                    alias[blk.k] = i
+                    taken.add(i)
+                    self.in_place_steps[idx] = i
+                    for d, off in pieces:
+                        if d is not None:
+                            regions[self.watch[d]] = (i, off)
+                            self.in_place_steps[d] = i
                 continue
             if v in updates:   # an update primitive's result, through reshapes
                 idx, i = updates[v]
@@ -275,6 +295,7 @@ class Plan:
                 alias[blk.k] = i
                 taken.add(i)
                 break
+        self.layout.regions = regions
         return alias
 
     def _arena(self):
@@ -397,8 +418,14 @@ class Plan:
                 if s.prim.call_impl is not None:  # host calls (debug.print, pure_callback)
                     env[s.out] = self.backend.from_numpy(runtime.host_call(s, read))
                 else:
-                    env[s.out] = lower(s.prim, [read(x) for x in s.inputs], s.params,
-                                       s.out.aval)
+                    fn = self.overrides.get(i) if self.overrides else None
+                    ins = [read(x) for x in s.inputs]
+                    env[s.out] = (lower(s.prim, ins, s.params, s.out.aval) if fn is None
+                                  else fn(ins, s.params, s.out.aval))
+                    if i in self.watch:   # the recorded allocation of a stacked update
+                        blk = env[s.out].block
+                        if isinstance(blk, memplan._RecBlock):
+                            self.watch[i] = blk.k
             elif kind == "gemm":
                 epilogue.run(s, env, read, self.kernels)
             elif kind == "rows":
