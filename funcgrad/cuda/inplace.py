@@ -91,19 +91,29 @@ def _region(eqn, regions):
     return src[0], src[1] + off
 
 
+def size_of(x) -> int:
+    """Elements of variable x."""
+    n = 1
+    for d in x.aval.shape:
+        n *= d
+    return n
+
+
 def stacked_results(steps, expr, args=None) -> dict:
-    """{concatenate result: (its step index, argument index, [(step index of a
-    dynamic_update_slice or None, element offset)])} for stacks that may be written in place into an argument's memory: a KV-cache
-    step that updates each layer's slice of a stacked [layers, ...] cache and stacks the
-    slices again (`jnp.stack([lax.dynamic_update_slice(ck[i], k_i, ...) for i])`).
+    """{concatenate result: (its step, argument index, [(step of a dynamic_update_slice or
+    None, element offset)])} for stacks that may be written in place into an argument's
+    memory: a KV-cache step that updates each layer's slice of a stacked [layers, ...] cache
+    and stacks the slices again (`jnp.stack([lax.dynamic_update_slice(ck[i], k_i, ...)])`).
 
     The result is the argument's type and an output (once), concatenated along a dim with
     only dims of size 1 before it, so that piece j is one C-contiguous run of the argument's
     memory; piece j is (through reshapes) the unchanged slice of the argument that it
-    replaces, or a dynamic_update_slice whose operand is that slice. Views of the argument
-    are read only by further views, by their piece's update (as its operand) and by the
-    concatenate, and the argument is no output: then each update writes its window into the
-    argument's memory, the stack moves no byte, and nothing reads a value overwritten."""
+    replaces, or a dynamic_update_slice whose operand is that slice. The argument is no
+    output, and any step reading its memory (a view of it) other than further views, a
+    piece's update (as its operand) and the concatenate runs before every update of the
+    bytes it reads: then each update writes its window into the argument's memory, the
+    stack moves no byte, and nothing reads a value overwritten (a concurrent graph orders
+    such a read before the write by the bytes both touch)."""
     if args is None:
         args = expr.in_binders[expr.n_consts:]
     regions = {x: (i, 0) for i, x in enumerate(args)}   # var -> (argument, element offset)
@@ -136,15 +146,19 @@ def stacked_results(steps, expr, args=None) -> dict:
         if args[i] in expr.outs or per_arg[i] > 1:
             del out[v]
             continue
+        written = [(d, off, off + size_of(steps[d][1].out)) for d, off in pieces
+                   if d is not None]
         for j, (kind, s) in enumerate(steps):
             reads = [x for x in step_reads(kind, s) if regions.get(x, (None,))[0] == i]
-            if not reads:
-                continue
-            if j == idx or j in views:
+            if not reads or j == idx or j in views:
                 continue
             if (kind == "eqn" and j in ok_dus and s.inputs[0] in regions
                     and all(regions.get(x, (None,))[0] != i for x in s.inputs[1:]
                             if isinstance(x, Var))):
+                continue
+            # any other reader of the argument's memory runs before each update of it
+            if all(j < d for x in reads for d, lo, hi in written
+                   if regions[x][1] < hi and lo < regions[x][1] + size_of(x)):
                 continue
             del out[v]
             break

@@ -19,8 +19,8 @@ import math
 
 import numpy as np
 
+from funcgrad.cuda import argsplit, runtime
 from funcgrad.cuda import reduce_kernels as RK
-from funcgrad.cuda import runtime
 from funcgrad.cuda.arrays import DeviceBuffer, pool
 from funcgrad.cuda.elementwise import compute_t, contiguous, nbt, run
 from funcgrad.cuda.fusion import aligned
@@ -354,4 +354,6 @@ def arg_reduce(kind: str, x: DeviceBuffer, axis: int, index_dtype) -> DeviceBuff
     if out.size == 0:
         return out
     x2, K, R, sk, sr = _as_2d(x, (axis,))
+    if argsplit.wanted(K, R, sk == 1 and sr != 1 and K > 1):   # few long rows: two passes
+        return argsplit.arg_reduce(kind, x2, K, R, sk, sr, out)
     return _launch(kind, x2, K, R, sk, sr, out)

@@ -1,0 +1,168 @@
+"""Decode-step kernels on CUDA: stacked [layers, ...] KV caches updated in place, and the
+two-pass argmax of few long rows (the simulator under NUMBA_ENABLE_CUDASIM=1, or a GPU)."""
+import numpy as np
+import pytest
+
+import funcgrad
+import funcgrad.numpy as fnp
+from funcgrad import lax, nn
+
+NL, T, H, HD, V = 2, 4, 2, 2, 11
+D = H * HD
+
+
+@pytest.fixture
+def cuda():
+    from funcgrad import cuda as fcuda
+    if not fcuda.usable():
+        pytest.skip("no CUDA backend (set NUMBA_ENABLE_CUDASIM=1)")
+    return fcuda
+
+
+def _params(seed=0):
+    r = np.random.default_rng(seed)
+    return {"wte": r.standard_normal((V, D)).astype(np.float32),
+            "wqkv": r.standard_normal((NL, D, 3 * D)).astype(np.float32) * 0.5}
+
+
+def _step(variant):
+    """A decode step over caches [NL, 1, T, H, HD] stacked again after each layer's update
+    (scale.py's D1 program, shrunk); `variant` bends it where in-place writing must stop."""
+    def step(p, ck, cv, tok, t):
+        x = fnp.take(p["wte"], tok, axis=0)[:, None, :]
+        visible = (fnp.arange(T) <= t)[None, None, None, :]
+        nk, nv = [], []
+        for i in range(NL):
+            q, k, v = fnp.split((x @ p["wqkv"][i]).reshape(1, 1, 3 * H, HD), 3, axis=2)
+            ki = lax.dynamic_update_slice(ck[i], k, (0, t, 0, 0))
+            vi = (cv[i] if variant == "unchanged" and i == 1
+                  else lax.dynamic_update_slice(cv[i], v, (0, t, 0, 0)))
+            nk.append(ki)
+            nv.append(vi)
+            x = x + nn.dot_product_attention(q, ki, vi, mask=visible).reshape(1, 1, D)
+        logits = (x @ p["wte"].T)[:, 0]
+        if variant == "reads_old":    # the old cache is read after its update
+            logits = logits + fnp.sum(ck[0])
+        return fnp.stack(nk), fnp.stack(nv), logits, t + 1
+    return step
+
+
+def _run(step, device, n=3, watch=None):
+    p = funcgrad.device_put(_params(), device)
+    ck, cv = (funcgrad.device_put(np.zeros((NL, 1, T, H, HD), np.float32), device)
+              for _ in range(2))
+    tok = funcgrad.device_put(np.zeros(1, np.int32), device)
+    t = funcgrad.device_put(np.int32(0), device)
+    outs, ptrs = [], []
+    for _ in range(n):
+        ck, cv, logits, t = step(p, ck, cv, tok, t)
+        outs.append((np.asarray(ck), np.asarray(cv), np.asarray(logits)))
+        tok = fnp.argmax(logits, axis=-1).astype(fnp.int32)
+        if watch is not None:
+            ptrs.append((ck.buf.block.ptr(), ck.buf.offset, cv.buf.block.ptr(), cv.buf.offset))
+    return outs, ptrs, (p, ck, cv, tok, t)
+
+
+def _check_equal(got, want):
+    for g, w in zip(got, want):
+        for a, b in zip(g, w):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("variant", ["stack", "unchanged"])
+def test_stacked_cache_is_updated_in_place(cuda, variant, monkeypatch):
+    """Each layer's update writes its position into its run of the donated stacked cache and
+    the stack moves nothing: no copy launched, the caches stay where they are, the plan says
+    so, and every step equals the CPU's."""
+    from funcgrad.cuda import dynamic
+    step = funcgrad.jit(_step(variant), donate_argnums=(1, 2))
+    want, _, _ = _run(funcgrad.jit(_step(variant)), "cpu")
+    copies = []
+    real = dynamic.run
+    monkeypatch.setattr(dynamic, "run", lambda *a, **k: copies.append(a) or real(*a, **k))
+    got, ptrs, args = _run(step, "cuda", watch=True)
+    _check_equal(got, want)
+    assert len(set(ptrs[1:])) == 1, ptrs        # the first call copies the fresh zeros in
+    plan = step.lower(*args).compile()
+    assert len(plan.stacks) == 2
+    assert len(plan.layout.regions) == 2 * NL - (variant == "unchanged")
+    lines = [ln.strip() for ln in plan.describe().splitlines() if "(in place" in ln]
+    assert sum(ln.startswith("concatenate") for ln in lines) == 2
+    assert sum(ln.startswith("dynamic_update_slice") for ln in lines) == len(
+        plan.layout.regions)
+    n_first = len(copies)     # the first call's dry run goes through the copying lowerings
+    _run(step, "cuda", n=2)
+    assert len(copies) == n_first, "a planned step copied a cache"
+
+
+@pytest.mark.cuda
+def test_stacked_cache_read_after_its_update_is_copied(cuda):
+    """A step that reads the old cache after updating it keeps the copying stack (and the
+    same numbers)."""
+    step = funcgrad.jit(_step("reads_old"), donate_argnums=(1, 2))
+    want, _, _ = _run(funcgrad.jit(_step("reads_old")), "cpu")
+    got, _, args = _run(step, "cuda")
+    _check_equal(got, want)
+    plan = step.lower(*args).compile()
+    # ck is read after its update: only cv's stack is written in place
+    assert {w[1] for w in plan.stacks.values()} == {plan.donate[1]}
+
+
+def test_stacks_along_an_inner_dim_are_not_runs():
+    """Pieces of a stack along a dim after one of size > 1 are strided: no in-place plan."""
+    from funcgrad.cuda import fusion, inplace
+
+    def f(c, u):
+        return fnp.concatenate([lax.dynamic_update_slice(c[:, :1], u, (0, 0)), c[:, 1:]], 1)
+
+    def g(c, u):
+        return fnp.concatenate([lax.dynamic_update_slice(c[:1], u, (0, 0)), c[1:]], 0)
+
+    for fun, found in ((f, 0), (g, 1)):
+        expr = funcgrad.jit(fun).lower(np.zeros((3, 4), np.float32),
+                                       np.zeros((1, 1), np.float32)).expr
+        steps = fusion.plan_steps(expr)
+        assert len(inplace.stacked_results(steps, expr)) == found
+
+
+# ---------------------------------------------------------------------------------------------
+# argmax / argmin of few long rows: two passes, the one-pass kernel's first occurrence
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+@pytest.mark.parametrize("shape,axis", [((1, 37), 1), ((3, 50), -1), ((50,), 0),
+                                        ((2, 1, 19), 2)])
+def test_split_arg_reductions_match_numpy(cuda, monkeypatch, dtype, shape, axis):
+    from funcgrad.cuda import argsplit
+    monkeypatch.setattr(argsplit, "CHUNK", 4)
+    r = np.random.default_rng(1)
+    x = (r.integers(-3, 3, shape) if dtype == np.int32 else r.standard_normal(shape)).astype(
+        dtype)
+    xc = funcgrad.device_put(x, "cuda")
+    for f, nf in ((fnp.argmax, np.argmax), (fnp.argmin, np.argmin)):
+        np.testing.assert_array_equal(np.asarray(f(xc, axis=axis)), nf(x, axis=axis))
+
+
+@pytest.mark.cuda
+def test_split_argmax_ties_and_nans_keep_the_first(cuda, monkeypatch):
+    from funcgrad.cuda import argsplit
+    monkeypatch.setattr(argsplit, "CHUNK", 4)
+    x = np.zeros((2, 30), np.float32)
+    x[0, [7, 20]] = 1.0               # a tie across chunks: the first
+    x[1, [9, 26]] = np.nan            # NaN counts as the extreme, the first again
+    x[1, 3] = 5.0
+    got = fnp.argmax(funcgrad.device_put(x, "cuda"), axis=1)
+    np.testing.assert_array_equal(np.asarray(got), [7, 9])
+    got = fnp.argmin(funcgrad.device_put(x, "cuda"), axis=1)
+    np.testing.assert_array_equal(np.asarray(got), np.argmin(x, axis=1))
+
+
+@pytest.mark.cuda
+def test_split_argmax_of_a_vocabulary_row(cuda):
+    """GPT-2's 50,304 logits (on a GPU; a shorter row in the simulator)."""
+    n = 50304 if cuda.is_available() else 4 * 2048 + 5
+    x = np.random.default_rng(2).standard_normal((1, n)).astype(np.float32)
+    got = fnp.argmax(funcgrad.device_put(x, "cuda"), axis=-1)
+    np.testing.assert_array_equal(np.asarray(got), np.argmax(x, axis=-1))
