@@ -166,3 +166,70 @@ def test_split_argmax_of_a_vocabulary_row(cuda):
     x = np.random.default_rng(2).standard_normal((1, n)).astype(np.float32)
     got = fnp.argmax(funcgrad.device_put(x, "cuda"), axis=-1)
     np.testing.assert_array_equal(np.asarray(got), np.argmax(x, axis=-1))
+
+
+# ---------------------------------------------------------------------------------------------
+# one row times a row-major weight (gemv.py): the blocked product, its bias and residual
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("K,N", [(64, 128), (100, 200), (200, 130)])
+@pytest.mark.parametrize("extras", ["", "bias", "bias+res"])
+def test_gemv_matches_numpy(cuda, K, N, extras):
+    from funcgrad.core import ShapedArray
+    from funcgrad.cuda import gemv
+    r = np.random.default_rng(K + N)
+    x = r.standard_normal((1, 1, K)).astype(np.float32)
+    w = r.standard_normal((K, N)).astype(np.float32)
+    b = r.standard_normal(N).astype(np.float32)
+    res = r.standard_normal((1, 1, N)).astype(np.float32)
+    put = funcgrad.device_put
+    xb, wb, bb, rb = (put(a, "cuda").buf for a in (x, w, b, res))
+    out = gemv.dot(xb, wb, (((2,), (0,)), ((), ())), ShapedArray((1, 1, N), np.float32),
+                   bb if "bias" in extras else None, rb if "res" in extras else None)
+    want = x @ w + (b if "bias" in extras else 0) + (res if "res" in extras else 0)
+    got = funcgrad.core.Array(out, ShapedArray((1, 1, N), np.float32), "cuda")
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.cuda
+def test_gemv_declines_other_products(cuda):
+    from funcgrad.core import ShapedArray
+    from funcgrad.cuda import gemv
+    put = funcgrad.device_put
+    x2 = put(np.ones((2, 64), np.float32), "cuda").buf          # two rows
+    w = put(np.ones((64, 128), np.float32), "cuda").buf
+    wt = put(np.ones((128, 64), np.float32), "cuda").buf
+    dn = (((1,), (0,)), ((), ()))
+    assert gemv.dot(x2, w, dn, ShapedArray((2, 128), np.float32)) is None
+    x1 = put(np.ones((1, 64), np.float32), "cuda").buf
+    tview = wt.view((64, 128), (1, 64), wt.offset)              # a transposed weight
+    assert gemv.dot(x1, tview, dn, ShapedArray((1, 128), np.float32)) is None
+    x64 = put(np.ones((1, 64), np.float64), "cuda").buf
+    w64 = put(np.ones((64, 128), np.float64), "cuda").buf
+    assert gemv.dot(x64, w64, dn, ShapedArray((1, 128), np.float64)) is None
+
+
+@pytest.mark.cuda
+def test_gemv_in_a_jitted_dense_layer(cuda, monkeypatch):
+    """Through a plan: the bias + residual epilogue step and a plain product both take it."""
+    from funcgrad.cuda import gemv
+    monkeypatch.setattr(gemv, "ENABLED", True)
+    r = np.random.default_rng(5)
+    x = r.standard_normal((1, 1, 64)).astype(np.float32)
+    w1 = r.standard_normal((64, 128)).astype(np.float32)
+    w2 = r.standard_normal((128, 64)).astype(np.float32)
+    b2 = r.standard_normal(64).astype(np.float32)
+
+    def f(x, w1, w2, b2):
+        h = nn.relu(x @ w1)
+        return x + h @ w2 + b2
+
+    calls = []
+    real = gemv.dot
+    monkeypatch.setattr(gemv, "dot", lambda *a, **k: calls.append(1) or real(*a, **k))
+    args = [funcgrad.device_put(a, "cuda") for a in (x, w1, w2, b2)]
+    got = funcgrad.jit(f)(*args)
+    want = x + np.maximum(x @ w1, 0) @ w2 + b2
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-4)
+    assert len(calls) >= 2
