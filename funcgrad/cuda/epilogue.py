@@ -29,7 +29,7 @@ import numpy as np
 
 from funcgrad import prims as P
 from funcgrad.core import Var
-from funcgrad.cuda import fusion, gemv, matmul
+from funcgrad.cuda import fusion, matmul
 from funcgrad.cuda.lowering import lower
 
 ENABLED = os.environ.get("FUNCGRAD_GEMM_EPILOGUE", "1") != "0"
@@ -197,12 +197,8 @@ def run(g, env: dict, read, kernels: dict):
             res = lower(g.dot.prim, [x, y], p, g.dot.out.aval), env[g.red.out]
         env[g.dot.out], env[g.red.out] = res
         return
-    res = None if g.residual is None else read(g.residual)
-    out = gemv.dot(x, y, p["dimension_numbers"], g.dot.out.aval, read(g.bias), res) \
-        if gemv.ENABLED else None   # one row times a row-major weight (a decode step)
-    if out is None:
-        out = matmul.dot_bias(x, y, p["dimension_numbers"], g.dot.out.aval,
-                              p.get("precision"), read(g.bias), res)
+    out = matmul.dot_bias(x, y, p["dimension_numbers"], g.dot.out.aval, p.get("precision"),
+                          read(g.bias), None if g.residual is None else read(g.residual))
     if out is not None:
         env[g.out] = out
         return

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import os
 
-from funcgrad.cuda import blas, gemv, runtime
+from funcgrad.cuda import blas, runtime
 from funcgrad.cuda.arrays import DeviceBuffer, pool
 from funcgrad.cuda.elementwise import compute_t, contiguous, nbt
 from funcgrad.cuda.reduce import _collapse
@@ -139,10 +139,6 @@ def dot_general(x: DeviceBuffer, y: DeviceBuffer, dimension_numbers, out_aval,
                 precision=None) -> DeviceBuffer:
     """dot_general's CUDA lowering: a pool buffer holding x . y (precision: the primitive's
     param, None/"float32"/"tensorfloat32"/"bfloat16", honoured by the cuBLAS path)."""
-    if gemv.ENABLED:   # one row times a row-major weight (a decode step): gemv.py
-        o = gemv.dot(x, y, dimension_numbers, out_aval)
-        if o is not None:
-            return o
     (lc, rc), (lb, rb) = dimension_numbers
     lf = [d for d in range(x.ndim) if d not in lc and d not in lb]
     rf = [d for d in range(y.ndim) if d not in rc and d not in rb]
