@@ -29,6 +29,7 @@ def _step(variant):
     """A decode step over caches [NL, 1, T, H, HD] stacked again after each layer's update
     (scale.py's D1 program, shrunk); `variant` bends it where in-place writing must stop."""
     def step(p, ck, cv, tok, t):
+        old = fnp.transpose(ck[0])    # a view taken before the updates, read after them
         x = fnp.take(p["wte"], tok, axis=0)[:, None, :]
         visible = (fnp.arange(T) <= t)[None, None, None, :]
         nk, nv = [], []
@@ -43,6 +44,8 @@ def _step(variant):
         logits = (x @ p["wte"].T)[:, 0]
         if variant == "reads_old":    # the old cache is read after its update
             logits = logits + fnp.sum(ck[0])
+        if variant == "old_view":
+            logits = logits + fnp.sum(old * old)
         return fnp.stack(nk), fnp.stack(nv), logits, t + 1
     return step
 
@@ -100,11 +103,12 @@ def test_stacked_cache_is_updated_in_place(cuda, variant, monkeypatch):
 
 
 @pytest.mark.cuda
-def test_stacked_cache_read_after_its_update_is_copied(cuda):
-    """A step that reads the old cache after updating it keeps the copying stack (and the
-    same numbers)."""
-    step = funcgrad.jit(_step("reads_old"), donate_argnums=(1, 2))
-    want, _, _ = _run(funcgrad.jit(_step("reads_old")), "cpu")
+@pytest.mark.parametrize("variant", ["reads_old", "old_view"])
+def test_stacked_cache_read_after_its_update_is_copied(cuda, variant):
+    """A step that reads the old cache after updating it (directly, or through a view made
+    before the update) keeps the copying stack, and the same numbers."""
+    step = funcgrad.jit(_step(variant), donate_argnums=(1, 2))
+    want, _, _ = _run(funcgrad.jit(_step(variant)), "cpu")
     got, _, args = _run(step, "cuda")
     _check_equal(got, want)
     plan = step.lower(*args).compile()

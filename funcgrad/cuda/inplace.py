@@ -18,6 +18,7 @@ from __future__ import annotations
 from funcgrad import prims as P
 from funcgrad.core import Lit, Var
 
+_PURE_VIEWS = frozenset(("broadcast_in_dim", "transpose", "slice", "rev", "stop_gradient"))
 UPDATES = frozenset((P.dynamic_update_slice_p, P.scatter_p, P.scatter_add_p))
 # primitives whose CUDA lowering is a view of operand 0 or operand 0 itself: they share its
 # memory (convert_element_type is one when the dtype does not change)
@@ -117,16 +118,25 @@ def stacked_results(steps, expr, args=None) -> dict:
     if args is None:
         args = expr.in_binders[expr.n_consts:]
     regions = {x: (i, 0) for i, x in enumerate(args)}   # var -> (argument, element offset)
-    view_eqn, made = {}, {}
+    # var -> (argument, lo, hi): the element range of an argument that a view of it may read
+    backed = {x: (i, 0, size_of(x)) for i, x in enumerate(args)}
+    view_eqn, made, pure = {}, {}, set()
     for idx, (kind, s) in enumerate(steps):
         if kind != "eqn":
             continue
         made[s.out] = (idx, s)
-        if s.prim.name in ("slice", "reshape") and s.inputs and s.inputs[0] in regions:
+        src = s.inputs[0] if s.inputs and isinstance(s.inputs[0], Var) else None
+        if s.prim.name in ("slice", "reshape") and src in regions:
             r = _region(s, regions)
             if r is not None:
                 regions[s.out] = r
+                backed[s.out] = (r[0], r[1], r[1] + size_of(s.out))
                 view_eqn[s.out] = idx
+                continue
+        if s.prim.name in VIEWS and src in backed:
+            backed[s.out] = backed[src]     # (conservatively) the range of its operand
+            if s.prim.name in _PURE_VIEWS:  # launches nothing: its readers read the memory
+                pure.add(idx)
     out = {}
     for idx, (kind, s) in enumerate(steps):
         if kind != "eqn" or s.prim.name != "concatenate" or expr.outs.count(s.out) != 1:
@@ -137,28 +147,29 @@ def stacked_results(steps, expr, args=None) -> dict:
     if not out:
         return {}
     # the readers of every view of the chosen arguments: views, their updates, the stack
-    views = set(view_eqn.values())
+    views = set(view_eqn.values()) | pure
     per_arg: dict = {}
     for w in out.values():
         per_arg[w[1]] = per_arg.get(w[1], 0) + 1
     for v, (idx, i, pieces) in list(out.items()):
         ok_dus = {d for d, _ in pieces if d is not None}
-        if args[i] in expr.outs or per_arg[i] > 1:
+        if per_arg[i] > 1 or any(backed.get(o, (None,))[0] == i for o in expr.outs
+                                 if isinstance(o, Var) and o is not v):
             del out[v]
             continue
         written = [(d, off, off + size_of(steps[d][1].out)) for d, off in pieces
                    if d is not None]
         for j, (kind, s) in enumerate(steps):
-            reads = [x for x in step_reads(kind, s) if regions.get(x, (None,))[0] == i]
+            reads = [x for x in step_reads(kind, s) if backed.get(x, (None,))[0] == i]
             if not reads or j == idx or j in views:
                 continue
             if (kind == "eqn" and j in ok_dus and s.inputs[0] in regions
-                    and all(regions.get(x, (None,))[0] != i for x in s.inputs[1:]
+                    and all(backed.get(x, (None,))[0] != i for x in s.inputs[1:]
                             if isinstance(x, Var))):
                 continue
             # any other reader of the argument's memory runs before each update of it
             if all(j < d for x in reads for d, lo, hi in written
-                   if regions[x][1] < hi and lo < regions[x][1] + size_of(x)):
+                   if backed[x][1] < hi and lo < backed[x][2]):
                 continue
             del out[v]
             break
