@@ -14,6 +14,7 @@ import numpy as np
 
 from funcgrad.cuda import runtime
 from funcgrad.cuda.arrays import DeviceBuffer, pool
+from funcgrad.cuda.elementwise import compute_t, nbt
 
 CHUNK = 2048       # values per first-pass block
 MAX_ROWS = 64      # rows beyond which one block per row fills the GPU anyway
@@ -24,19 +25,17 @@ def wanted(K: int, R: int, col: bool) -> bool:
     return not col and K <= MAX_ROWS and R >= 2 * CHUNK
 
 
-def _merge_source(kind, in_dtype, acc, out_dtype, threads):
-    from funcgrad.cuda.elementwise import compute_t, nbt
-    from funcgrad.cuda.reduce import BIG_INDEX, _combine, _ident
+def _merge_source(in_dtype, acc, out_dtype, threads, better, ident, big):
     ct, out = nbt(acc), nbt(out_dtype)
     load = f"{ct}({compute_t(in_dtype)}(x[base + r * sr]))"
-    L = [_combine(kind, acc), f"\n@cuda.jit({runtime.jit_opts()})",
+    L = [better, f"\n@cuda.jit({runtime.jit_opts()})",
          "def kernel(K, G, x, xo, sk, sr, mid, mo, o, oo):",
          f"    sv = cuda.shared.array({threads}, {ct})",
          f"    si = cuda.shared.array({threads}, int64)",
          "    t = cuda.threadIdx.x", "    k = cuda.blockIdx.x", "    while k < K:",
-         "        base = xo + k * sk", f"        acc = {_ident(kind, acc)}",
-         f"        ai = {BIG_INDEX}", "        g = t", "        while g < G:",
-         "            r = mid[mo + k * G + g]", f"            if r < {BIG_INDEX}:",
+         "        base = xo + k * sk", f"        acc = {ident}",
+         f"        ai = {big}", "        g = t", "        while g < G:",
+         "            r = mid[mo + k * G + g]", f"            if r < {big}:",
          f"                v = {load}", "                if better(v, r, acc, ai):",
          "                    acc = v", "                    ai = r",
          f"            g += {threads}", "        sv[t] = acc", "        si[t] = ai",
@@ -50,17 +49,21 @@ def _merge_source(kind, in_dtype, acc, out_dtype, threads):
 
 
 def arg_reduce(kind: str, x: DeviceBuffer, K: int, R: int, sk: int, sr: int,
-               out: DeviceBuffer) -> DeviceBuffer:
-    """argmax / argmin of x seen as K rows of R (strides sk, sr) into `out` (K, contiguous)."""
-    from funcgrad.cuda.reduce import _launch, acc_dtype
+               out: DeviceBuffer, first_pass, acc, better: str, ident: str,
+               big: int) -> DeviceBuffer:
+    """argmax / argmin of x seen as K rows of R (strides sk, sr) into `out` (K, contiguous).
+
+    reduce.py passes its pieces: first_pass(mid, G) runs its row kernel over G chunks a row
+    into the int64 indices `mid`; `better` is the source of its device function
+    better(va, ia, vb, ib), `ident` the accumulator's start (acc its dtype), `big` the index
+    of an empty chunk."""
     G = -(-R // CHUNK)
-    G = -(-R // -(-R // G))            # no empty chunk
     mid = pool().empty((K * G,), np.int64)
-    _launch(kind, x, K, R, sk, sr, mid, G=G)
-    acc = acc_dtype(kind, x.dtype)
+    first_pass(mid, G)
     threads = runtime.reduce_threads()
     key = ("argsplit_merge", kind, x.dtype.name, acc.name, out.dtype.name, threads)
-    k = runtime.kernel(key, lambda: _merge_source(kind, x.dtype, acc, out.dtype, threads))
+    k = runtime.kernel(key, lambda: _merge_source(x.dtype, acc, out.dtype, threads, better,
+                                                  ident, big))
     blocks = max(1, min(K, 2 if runtime.SIM else 65535))
     k[blocks, threads, runtime.stream()](K, G, x.arr(), x.offset, sk, sr, mid.arr(), mid.offset,
                                          out.arr(), out.offset)

@@ -355,5 +355,8 @@ def arg_reduce(kind: str, x: DeviceBuffer, axis: int, index_dtype) -> DeviceBuff
         return out
     x2, K, R, sk, sr = _as_2d(x, (axis,))
     if argsplit.wanted(K, R, sk == 1 and sr != 1 and K > 1):   # few long rows: two passes
-        return argsplit.arg_reduce(kind, x2, K, R, sk, sr, out)
+        acc = acc_dtype(kind, x2.dtype)
+        return argsplit.arg_reduce(
+            kind, x2, K, R, sk, sr, out, lambda mid, G: _launch(kind, x2, K, R, sk, sr, mid, G=G),
+            acc, _combine(kind, acc), _ident(kind, acc), BIG_INDEX)
     return _launch(kind, x2, K, R, sk, sr, out)
