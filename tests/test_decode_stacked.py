@@ -173,3 +173,49 @@ def test_split_argmax_of_a_vocabulary_row(cuda):
     x = np.random.default_rng(2).standard_normal((1, n)).astype(np.float32)
     got = fnp.argmax(funcgrad.device_put(x, "cuda"), axis=-1)
     np.testing.assert_array_equal(np.asarray(got), np.argmax(x, axis=-1))
+
+
+# ---------------------------------------------------------------------------------------------
+# masked attention of a decode step as two kernels (decode_attn.py, FUNCGRAD_DECODE_ATTN=1)
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("B,T,H,KVH,S,D", [(2, 1, 4, 2, 10, 3), (1, 3, 2, 2, 9, 2),
+                                           (1, 1, 2, 1, 1, 2)])
+def test_decode_attention_matches_cpu(cuda, monkeypatch, dtype, B, T, H, KVH, S, D):
+    """Several chunks of positions, grouped-query heads, several queries, a row with no
+    visible position (the mean of v, as the composed softmax of equal fills gives)."""
+    from funcgrad.cuda import decode_attn
+    monkeypatch.setattr(decode_attn, "ENABLED", True)
+    r = np.random.default_rng(S)
+    q = r.standard_normal((B, T, H, D)).astype(dtype)
+    k = r.standard_normal((B, S, KVH, D)).astype(dtype)
+    v = r.standard_normal((B, S, KVH, D + 1)).astype(dtype)
+    mask = r.random((B, H, T, S)) < 0.6
+    mask[0, 0, 0] = False
+
+    def f(q, k, v, mask):
+        return nn.dot_product_attention(q, k, v, mask=mask)
+
+    want = np.asarray(funcgrad.jit(f)(*(funcgrad.device_put(a, "cpu") for a in (q, k, v, mask))))
+    args = [funcgrad.device_put(a, "cuda") for a in (q, k, v, mask)]
+    step = funcgrad.jit(f)
+    got = np.asarray(step(*args))
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    plan = step.lower(*args).compile()
+    assert any("decode attention" in ln for ln in plan.describe().splitlines()) == (
+        T == 1 or H == KVH)
+
+
+@pytest.mark.cuda
+def test_decode_attention_in_a_stacked_cache_step(cuda, monkeypatch):
+    from funcgrad.cuda import decode_attn
+    monkeypatch.setattr(decode_attn, "ENABLED", True)
+    step = funcgrad.jit(_step("stack"), donate_argnums=(1, 2))
+    want, _, _ = _run(funcgrad.jit(_step("stack")), "cpu", n=4)
+    got, _, args = _run(step, "cuda", n=4)
+    _check_equal(got, want)
+    plan = step.lower(*args).compile()
+    assert sum("decode attention" in ln for ln in plan.describe().splitlines()) == NL

@@ -26,6 +26,7 @@ from funcgrad.core import Array, Lit, Var, source_info
 from funcgrad.cuda import (
     arrays,
     concurrent,
+    decode_attn,
     dynamic,
     epilogue,
     fusion,
@@ -74,7 +75,8 @@ class Plan:
         self.backend, self.expr, self.donate = backend, expr, tuple(donate)
         self.consts = [c.buf if isinstance(c, Array) and c.device == "cuda"
                        else backend.from_numpy(np.asarray(c)) for c in consts]
-        self.steps = rows_fuse.fuse(epilogue.fuse(fusion.plan_steps(expr), expr), expr)
+        self.steps = decode_attn.fuse(
+            rows_fuse.fuse(epilogue.fuse(fusion.plan_steps(expr), expr), expr), expr)
         # stacked caches written in place: the stack's step copies only pieces not in place,
         # and the allocation of each update is noted when recorded (inplace.stacked_results)
         self.stacks = {v: w for v, w in inplace.stacked_results(self.steps, expr).items()
