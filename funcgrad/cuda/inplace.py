@@ -176,6 +176,31 @@ def stacked_results(steps, expr, args=None) -> dict:
     return out
 
 
+def stack_plan(steps, expr, donate) -> tuple[dict, dict]:
+    """(stacked_results limited to the donated arguments, {update step: None}: the steps
+    whose recorded allocation a plan notes, to place each in its run of the argument)."""
+    if not donate:
+        return {}, {}
+    stacks = {v: w for v, w in stacked_results(steps, expr).items() if w[1] in donate}
+    return stacks, {d: None for w in stacks.values() for d, _ in w[2] if d is not None}
+
+
+def stack_alias(stack, watch, taken, regions, in_place) -> int | None:
+    """The argument that `stack` (a stacked_results value) is written into, or None: adds its
+    updates' allocations (watch: step -> recorded allocation) to `regions` ({allocation:
+    (argument, element offset)}) and the steps to `in_place` ({step: argument})."""
+    idx, i, pieces = stack
+    if i in taken or any(watch.get(d) is None for d, _ in pieces if d is not None):
+        return None
+    taken.add(i)
+    in_place[idx] = i
+    for d, off in pieces:
+        if d is not None:
+            regions[watch[d]] = (i, off)
+            in_place[d] = i
+    return i
+
+
 def _stack_pieces(eqn, regions, made, args):
     """(argument, [(update step or None, element offset)]) when every piece of concatenate
     `eqn` is its own run of one argument (unchanged, or updated), else None."""

@@ -79,10 +79,8 @@ class Plan:
             rows_fuse.fuse(epilogue.fuse(fusion.plan_steps(expr), expr), expr), expr)
         # stacked caches written in place: the stack's step copies only pieces not in place,
         # and the allocation of each update is noted when recorded (inplace.stacked_results)
-        self.stacks = {v: w for v, w in inplace.stacked_results(self.steps, expr).items()
-                       if w[1] in self.donate} if self.donate else {}
+        self.stacks, self.watch = inplace.stack_plan(self.steps, expr, self.donate)
         self.overrides = {w[0]: dynamic.stack_into for w in self.stacks.values()}
-        self.watch = {d: None for w in self.stacks.values() for d, _ in w[2] if d is not None}
         self.kernels: dict = {}  # (fused source, layouts) -> compiled kernel
         last = {}   # last use of every variable, to release buffers early
         for i, (kind, s) in enumerate(self.steps):
@@ -266,16 +264,10 @@ class Plan:
                     or b.offset or not b.is_contiguous()):
                 continue
             if v in self.stacks:   # a stack of updated runs of the argument (inplace.py)
-                idx, i, pieces = self.stacks[v]
-                ks = [self.watch.get(d) for d, _ in pieces if d is not None]
-                if i not in taken and None not in ks:
+                i = inplace.stack_alias(self.stacks[v], self.watch, taken, regions,
+                                        self.in_place_steps)
+                if i is not None:
                     alias[blk.k] = i
-                    taken.add(i)
-                    self.in_place_steps[idx] = i
-                    for d, off in pieces:
-                        if d is not None:
-                            regions[self.watch[d]] = (i, off)
-                            self.in_place_steps[d] = i
                 continue
             if v in updates:   # an update primitive's result, through reshapes
                 idx, i = updates[v]
