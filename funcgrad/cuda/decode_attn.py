@@ -13,8 +13,8 @@ reading the whole 1,024-slot cache). `fuse` replaces the plan steps
 by one ("rows", DecodeAttention) step. Its first kernel gives each (batch, head, query) row and
 each chunk of CH positions a block: a thread per position computes q . k for the visible ones
 (masked positions load nothing), the block keeps its max, sum of exponentials and p-weighted
-sum of v rows (only the positions whose weight is not 0); the second combines the chunks in
-order (flash-decoding). A row with no visible position gets the composed result, the mean of v
+sum of v rows (a chunk with no visible position reads no v row); the second combines the
+chunks in order (flash-decoding). A row with no visible position gets the composed result, the mean of v
 (the softmax of equal fills). The mask is read where it lies (broadcast views included).
 Opt-in (FUNCGRAD_DECODE_ATTN=1) until it is measured on a GPU.
 """
@@ -141,12 +141,18 @@ def _split_source(acc, ch, D):
           f"    p = math.exp(score - mx) if ok else {ct}(0)", "    sp[t] = p", "    red[t] = p",
           "    cuda.syncthreads()"]
     L += _tree("{0} + {1}", ch)
-    L += ["    va = vo + b * vb + h * vh", "    d = t", "    while d < DV:", f"        a = {ct}(0)",
-          f"        for j in range({ch}):", "            w = sp[j]", "            if w != 0:",
-          f"                a += w * {ct}(v[va + (s0 + j) * vs + d * vd])",
+    # p.V: no v row of a chunk with nothing visible is read; in the others every row is
+    # (a load per row whatever its weight: no branch between the loads and their sums)
+    L += ["    tot = red[0]", "    va = vo + b * vb + h * vh", f"    n = min({ch}, S - s0)",
+          "    d = t", "    while d < DV:", f"        a = {ct}(0)", "        if tot != 0:",
+          "            vd0 = va + s0 * vs + d * vd", f"            if n == {ch}:",
+          f"                for j in range({ch}):",
+          f"                    a += sp[j] * {ct}(v[vd0 + j * vs])", "            else:",
+          "                for j in range(n):",
+          f"                    a += sp[j] * {ct}(v[vd0 + j * vs])",
           "        pa[pao + (row * ns + c) * DV + d] = a", f"        d += {ch}",
           "    if t == 0:", "        pm[pmo + row * ns + c] = mx",
-          "        pl[plo + row * ns + c] = red[0]"]
+          "        pl[plo + row * ns + c] = tot"]
     return "\n".join(L) + "\n"
 
 
