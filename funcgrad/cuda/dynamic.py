@@ -12,7 +12,7 @@ itself, for loop bodies that update their carry in place (loops.py, inplace.py).
 from __future__ import annotations
 
 from funcgrad.cuda import runtime
-from funcgrad.cuda.arrays import DeviceBuffer, pool
+from funcgrad.cuda.arrays import DeviceBuffer, c_strides, pool
 from funcgrad.cuda.elementwise import contiguous, run
 from funcgrad.cuda.gather import same_memory, scatter
 
@@ -83,6 +83,29 @@ def _dus_into(bufs, params, aval) -> DeviceBuffer:
     x = bufs[0]
     _launch(x, contiguous(bufs[1]), bufs[2:], write=True)
     return x
+
+
+def stack_into(bufs, params, aval) -> DeviceBuffer:
+    """concatenate of pieces that a plan may already have written at their places in the
+    result's memory (inplace.stacked_results: the result is a donated argument, each piece one
+    run of it): copies only the pieces that are elsewhere. The dims before the concatenation
+    dim have size 1, so each piece's place is one C-contiguous run of the result."""
+    out = pool().empty(aval.shape, aval.dtype)
+    d = params["dimension"]
+    inner = 1
+    for n in aval.shape[d + 1:]:
+        inner *= n
+    start = 0
+    for b in bufs:
+        m = b.shape[d]
+        if m and out.size:
+            shape = tuple(aval.shape[:d]) + (m,) + tuple(aval.shape[d + 1:])
+            dst = DeviceBuffer(out.block, shape, c_strides(shape), out.offset + start * inner,
+                               out.dtype)
+            if not same_memory(dst, b):
+                run("copy", [b], b.dtype, out=dst)
+        start += m
+    return out
 
 
 def _scatter_into(add: bool):

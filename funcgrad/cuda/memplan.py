@@ -114,6 +114,7 @@ class Layout:
         self.sizes, self.places = sizes, places
         self.arena_bytes, self.out_sizes = arena_bytes, out_sizes
         self.alias = {}
+        self.regions = {}   # {allocation: (donated argument, element offset)}: a run of it
 
     @property
     def alias(self) -> dict:
@@ -222,7 +223,9 @@ class ArenaPool(Pool):
         self.donated = donated or {}   # argument index -> its buffer, written in place
 
     def empty(self, shape, dtype):
-        i = self.layout.alias.get(self.k)
+        i, off = self.layout.alias.get(self.k), 0
+        if i is None and self.layout.regions:     # a run of a donated argument (inplace.py)
+            i, off = self.layout.regions.get(self.k, (None, 0))
         if i is not None and i in self.donated:   # a result updates a donated argument
             nbytes = math.prod(shape) * np.dtype(dtype).itemsize
             if self.layout.sizes[self.k] != nbytes:
@@ -230,7 +233,7 @@ class ArenaPool(Pool):
                                    f"recorded {self.layout.sizes[self.k]}")
             self.k += 1
             b = self.donated[i]
-            return DeviceBuffer(b.block, tuple(shape), c_strides(shape), b.offset, dtype)
+            return DeviceBuffer(b.block, tuple(shape), c_strides(shape), b.offset + off, dtype)
         return super().empty(shape, dtype)
 
     def alloc(self, nbytes: int):

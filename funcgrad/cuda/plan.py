@@ -27,6 +27,8 @@ from funcgrad.cuda import (
     arrays,
     cast_gemm,
     concurrent,
+    decode_attn,
+    dynamic,
     epilogue,
     fusion,
     inplace,
@@ -77,8 +79,13 @@ class Plan:
         self.backend, self.expr, self.donate = backend, expr, tuple(donate)
         self.consts = [c.buf if isinstance(c, Array) and c.device == "cuda"
                        else backend.from_numpy(np.asarray(c)) for c in consts]
-        self.steps = rows_inplace.fuse(cast_gemm.fuse(
-            rows_fuse.fuse(epilogue.fuse(fusion.plan_steps(expr), expr), expr), expr), expr)
+        self.steps = decode_attn.fuse(rows_inplace.fuse(cast_gemm.fuse(
+            rows_fuse.fuse(epilogue.fuse(fusion.plan_steps(expr), expr), expr), expr), expr),
+            expr)
+        # stacked caches written in place: the stack's step copies only pieces not in place,
+        # and the allocation of each update is noted when recorded (inplace.stacked_results)
+        self.stacks, self.watch = inplace.stack_plan(self.steps, expr, self.donate)
+        self.overrides = {w[0]: dynamic.stack_into for w in self.stacks.values()}
         self.kernels: dict = {}  # (fused source, layouts) -> compiled kernel
         last = {}   # last use of every variable, to release buffers early
         for i, (kind, s) in enumerate(self.steps):
@@ -249,6 +256,7 @@ class Plan:
                 for o in s.outputs:
                     made_by[o] = (idx, s)
         updates = inplace.update_results(self.steps, expr)
+        regions = {}
         counts: dict = {}
         for b in outs:
             if isinstance(b.block, memplan._RecBlock):
@@ -259,6 +267,12 @@ class Plan:
             if (not isinstance(v, Var) or expr.outs.count(v) != 1
                     or not isinstance(blk, memplan._RecBlock) or counts[blk.k] != 1
                     or b.offset or not b.is_contiguous()):
+                continue
+            if v in self.stacks:   # a stack of updated runs of the argument (inplace.py)
+                i = inplace.stack_alias(self.stacks[v], self.watch, taken, regions,
+                                        self.in_place_steps)
+                if i is not None:
+                    alias[blk.k] = i
                 continue
             if v in updates:   # an update primitive's result, through reshapes
                 idx, i = updates[v]
@@ -280,6 +294,7 @@ class Plan:
                 alias[blk.k] = i
                 taken.add(i)
                 break
+        self.layout.regions = regions
         return alias
 
     def _arena(self):
@@ -402,8 +417,14 @@ class Plan:
                 if s.prim.call_impl is not None:  # host calls (debug.print, pure_callback)
                     env[s.out] = self.backend.from_numpy(runtime.host_call(s, read))
                 else:
-                    env[s.out] = lower(s.prim, [read(x) for x in s.inputs], s.params,
-                                       s.out.aval)
+                    fn = self.overrides.get(i) if self.overrides else None
+                    ins = [read(x) for x in s.inputs]
+                    env[s.out] = (lower(s.prim, ins, s.params, s.out.aval) if fn is None
+                                  else fn(ins, s.params, s.out.aval))
+                    if i in self.watch:   # the recorded allocation of a stacked update
+                        blk = env[s.out].block
+                        if isinstance(blk, memplan._RecBlock):
+                            self.watch[i] = blk.k
             elif kind == "gemm":
                 epilogue.run(s, env, read, self.kernels)
             elif kind == "rows":

@@ -20,8 +20,8 @@ import math
 import numpy as np
 
 from funcgrad.core.dtypes import dtype_kind
+from funcgrad.cuda import argsplit, runtime
 from funcgrad.cuda import reduce_kernels as RK
-from funcgrad.cuda import runtime
 from funcgrad.cuda.arrays import DeviceBuffer, pool
 from funcgrad.cuda.elementwise import HALF, contiguous, load, nbt, run, store
 from funcgrad.cuda.fusion import aligned
@@ -356,4 +356,9 @@ def arg_reduce(kind: str, x: DeviceBuffer, axis: int, index_dtype) -> DeviceBuff
     if out.size == 0:
         return out
     x2, K, R, sk, sr = _as_2d(x, (axis,))
+    if argsplit.wanted(K, R, sk == 1 and sr != 1 and K > 1):   # few long rows: two passes
+        acc = acc_dtype(kind, x2.dtype)
+        return argsplit.arg_reduce(
+            kind, x2, K, R, sk, sr, out, lambda mid, G: _launch(kind, x2, K, R, sk, sr, mid, G=G),
+            acc, _combine(kind, acc), _ident(kind, acc), BIG_INDEX)
     return _launch(kind, x2, K, R, sk, sr, out)
