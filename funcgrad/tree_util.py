@@ -50,14 +50,51 @@ _NO_INIT = object()  # tree_reduce's "no initializer given"
 
 
 # ---------------------------------------------------------------------------------------------
+# Dicts rebuild in sorted key order, as JAX's do
+
+# optree keeps a dict's insertion order in its PyTreeSpec and rebuilds dicts in that order; JAX
+# rebuilds them in sorted key order (the order of their leaves). Specs that differ only in that
+# order are equal and hash alike, so this cache maps every such spec to its sorted-order twin.
+_SORTED: dict[PyTreeDef, PyTreeDef] = {}
+_SORTED_MAX = 4096
+
+
+def _sorted_node(node: PyTreeDef) -> PyTreeDef:
+    """One node of a structure, a dict or defaultdict rebuilt with its keys in sorted order."""
+    kind = node.kind
+    if kind != PyTreeKind.DICT and kind != PyTreeKind.DEFAULTDICT:
+        return node
+    leaf = optree.treespec_leaf(namespace=_NS)
+    children = dict.fromkeys(node.entries(), leaf)   # entries(): the sorted keys
+    if kind == PyTreeKind.DICT:
+        return optree.treespec_dict(children, namespace=_NS)
+    factory = node.unflatten([None] * node.num_children).default_factory
+    return optree.treespec_defaultdict(factory, children, namespace=_NS)
+
+
+def _sorted_dicts(treedef: PyTreeDef) -> PyTreeDef:
+    """``treedef``, whose unflatten rebuilds dicts (not OrderedDicts) in sorted key order."""
+    try:
+        return _SORTED[treedef]
+    except KeyError:
+        pass
+    except TypeError:   # an unhashable static field of a custom node: no cache
+        return treedef.transform(_sorted_node)
+    if len(_SORTED) >= _SORTED_MAX:
+        _SORTED.clear()
+    out = _SORTED[treedef] = treedef.transform(_sorted_node)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
 # Flatten / unflatten / map
 
 
 def tree_flatten(tree: PyTree, is_leaf: IsLeaf = None) -> tuple[list[Leaf], PyTreeDef]:
     """Flattens a pytree into its leaves and its structure.
 
-    Containers are tuples, lists, dicts (in sorted key order), OrderedDicts and defaultdicts (in
-    insertion order), NamedTuples, ``None`` (a node with no children) and the types registered
+    Containers are tuples, lists, dicts and defaultdicts (in sorted key order: the structure
+    rebuilds them in that order, as JAX's does), OrderedDicts (in insertion order), NamedTuples, ``None`` (a node with no children) and the types registered
     with :func:`register_pytree_node` or :func:`register_dataclass`. Anything else is a leaf.
 
     Args:
@@ -74,8 +111,11 @@ def tree_flatten(tree: PyTree, is_leaf: IsLeaf = None) -> tuple[list[Leaf], PyTr
         [1, 2]
         >>> treedef
         PyTreeSpec({'a': *, 'b': (*, None)})
+        >>> tree_unflatten(treedef, [3, 4])
+        {'a': 3, 'b': (4, None)}
     """
-    return optree.tree_flatten(tree, is_leaf, namespace=_NS)
+    leaves, treedef = optree.tree_flatten(tree, is_leaf, namespace=_NS)
+    return leaves, _sorted_dicts(treedef)
 
 
 def tree_unflatten(treedef: PyTreeDef, leaves: Iterable[Leaf]) -> PyTree:
@@ -115,7 +155,7 @@ def tree_structure(tree: PyTree, is_leaf: IsLeaf = None) -> PyTreeDef:
         >>> tree_structure([1, 2]) == tree_structure([3, 4])
         True
     """
-    return optree.tree_structure(tree, is_leaf, namespace=_NS)
+    return _sorted_dicts(optree.tree_structure(tree, is_leaf, namespace=_NS))
 
 
 def tree_map(f: Callable[..., Any], tree: PyTree, *rest: PyTree, is_leaf: IsLeaf = None) -> PyTree:
@@ -139,13 +179,17 @@ def tree_map(f: Callable[..., Any], tree: PyTree, *rest: PyTree, is_leaf: IsLeaf
             where it does, e.g. ``tree_map: structures differ at ['b'][1]: list of 2 vs list
             of 3``.
 
+    Dicts in the result have their keys in sorted order, as in JAX.
+
     Example:
         >>> tree_map(lambda x, y: x + y, {"a": 1, "b": [2, 3]}, {"a": 10, "b": [20, 30]})
         {'a': 11, 'b': [22, 33]}
+        >>> tree_map(lambda x: x, {"b": 1, "a": 2})
+        {'a': 2, 'b': 1}
         >>> tree_map(lambda x: x * 2, (1, None, [2]))
         (2, None, [4])
     """
-    leaves, treedef = optree.tree_flatten(tree, is_leaf, namespace=_NS)
+    leaves, treedef = tree_flatten(tree, is_leaf)
     if not rest:
         return treedef.unflatten(map(f, leaves))
     columns = [leaves] + _flatten_rest("tree_map", treedef, tree, rest, is_leaf)
