@@ -136,3 +136,11 @@ def test_custom_derivatives_path():
     assert cd.custom_jvp is jax.custom_jvp and cd.custom_vjp is jax.custom_vjp
     assert cd.closure_convert is jax.closure_convert
     assert cd.custom_gradient is jax.custom_gradient
+
+
+@pytest.mark.parametrize("module", ["ops", "errors", "custom_derivatives", "image"])
+def test_docstring_examples(module):
+    import doctest
+    import importlib
+    result = doctest.testmod(importlib.import_module(f"funcgrad.{module}"))
+    assert result.attempted > 0 and result.failed == 0
