@@ -98,3 +98,18 @@ def test_jit_retraces_when_the_switch_changes():
         funcgrad.config.update("enable_x64", True)
     assert f(np.ones(2)).dtype == np.float64
     assert f.stats()["traces"] == 2
+
+
+def test_gradient_checks_use_the_computed_dtype_s_tolerance(x64_off):
+    # JAX 0.10.2's check_vjp passes this in its default mode: float64 inputs compute in
+    # float32, so float32's tolerance (2e-3) applies, not float64's (1e-5)
+    import functools
+
+    from funcgrad.test_util import check_grads, check_vjp
+    check_vjp(fnp.tanh, functools.partial(funcgrad.vjp, fnp.tanh), (np.ones(3),))
+    check_grads(fnp.tanh, (np.ones(3),), order=2)
+    wrong = funcgrad.custom_jvp(fnp.sin)
+    wrong.defjvp(lambda primals, tangents: (fnp.sin(primals[0]), 1.1 * fnp.cos(primals[0])
+                                            * tangents[0]))
+    with pytest.raises(AssertionError):   # a rule 10% off is still caught
+        check_grads(wrong, (np.ones(3),), order=1)
