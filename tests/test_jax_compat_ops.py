@@ -144,3 +144,17 @@ def test_docstring_examples(module):
     import importlib
     result = doctest.testmod(importlib.import_module(f"funcgrad.{module}"))
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_tracer_shows_its_primal_in_eager_autodiff():
+    # JAX 0.10.2 prints GradTracer(primal=3.0, typeof(tangent)=f32[]) under grad and
+    # JitTracer(~float32[]) under jit; funcgrad shows the primal where it is known
+    seen = []
+
+    def f(x):
+        seen.append(repr(x))
+        return x * 2
+
+    jax.grad(f)(3.0)
+    jax.jit(f)(3.0)
+    assert seen == ["Traced<f32[]>(primal=3.0)", "Traced<f32[]>"]

@@ -450,7 +450,14 @@ class Tracer(ArrayBase):
     def tolist(self): self._concrete(".tolist()", TracerArrayConversionError)
 
     def __repr__(self):
-        return f"Traced<{self.aval.str_short()}>"
+        # eager autodiff knows the value (as JAX's GradTracer shows its primal)
+        text = f"Traced<{self.aval.str_short()}>"
+        if self.builder.concrete:
+            try:
+                return f"{text}(primal={self.to_concrete_value()})"
+            except Exception:   # noqa: BLE001 - repr never raises: the type alone
+                return text
+        return text
 
 
 # ---------------------------------------------------------------------------------------------
