@@ -138,10 +138,23 @@ class _Config:
 
     def __getattr__(self, name):
         try:
-            return self.__dict__["_values"][name]
+            return self.__dict__["_values"][_ALIASES.get(name, name)]
         except KeyError:
             raise AttributeError(name) from None
 
+    def read(self, name: str) -> Any:
+        """A switch's value by funcgrad's or JAX's name (JAX's config.read).
+
+        Example:
+            >>> from funcgrad.config import config
+            >>> config.read("jax_enable_x64") == config.enable_x64
+            True
+        """
+        try:
+            return getattr(self, name)
+        except AttributeError:
+            raise KeyError(f"unknown funcgrad config option {name!r}; known: "
+                           f"{sorted(self._values)}") from None
 
     def trace_context(self) -> tuple:
         """The switches that change what a traced function computes, as (name, value) pairs

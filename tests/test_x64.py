@@ -113,3 +113,11 @@ def test_gradient_checks_use_the_computed_dtype_s_tolerance(x64_off):
                                             * tangents[0]))
     with pytest.raises(AssertionError):   # a rule 10% off is still caught
         check_grads(wrong, (np.ones(3),), order=1)
+
+
+def test_switches_read_by_jax_s_names():
+    assert funcgrad.config.jax_enable_x64 is funcgrad.config.enable_x64
+    assert funcgrad.config.read("jax_enable_x64") is funcgrad.config.enable_x64
+    assert funcgrad.config.read("debug_nans") is False
+    with pytest.raises(KeyError, match="unknown funcgrad config option 'jax_nope'"):
+        funcgrad.config.read("jax_nope")
