@@ -163,3 +163,10 @@ def test_debug_nans_switched_off_again():
     assert np.isnan(float(grad(_where_sqrt)(0.0)))
     with pytest.raises(KeyError, match="unknown funcgrad config option"):
         funcgrad.config.update("debug_nan", True)
+
+
+def test_callback_under_vmap_takes_elements_of_the_mapped_axis():
+    seen = []
+    vmap(lambda x: funcgrad.debug.callback(lambda v: seen.append(np.asarray(v).tolist()), x)
+         or x, in_axes=1)(np.arange(6.0).reshape(2, 3))
+    assert seen == [[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]]   # the columns, as JAX calls it
