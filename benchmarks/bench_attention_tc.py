@@ -19,6 +19,8 @@ from workloads import median_seconds  # noqa: E402
 import funcgrad  # noqa: E402
 import funcgrad.numpy as fnp  # noqa: E402
 
+funcgrad.config.update("jax_enable_x64", True)   # its float64 references need 64-bit types
+
 
 def kernels(q, k, v, w, fwd_flop):
     """GPU ms of fwdl / dq / dkv: SIMT, then every tensor-core configuration that fits."""

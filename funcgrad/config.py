@@ -17,6 +17,18 @@ def check_num_cpu_devices(value, what="num_cpu_devices") -> int:
     return n
 
 
+_TRUE, _FALSE = ("1", "true", "t", "yes", "y", "on"), ("0", "false", "f", "no", "n", "off", "")
+
+
+def check_flag(value: str, what: str) -> bool:
+    """A bool from an environment variable's text (1/true/yes/on, 0/false/no/off, empty)."""
+    text = value.strip().lower()
+    if text not in _TRUE + _FALSE:
+        raise ValueError(f"{what} must be one of 1/true/yes/on or 0/false/no/off, got "
+                         f"{value!r}")
+    return text in _TRUE
+
+
 _DEFAULTS = {
     # log (logger "funcgrad.jit", level WARNING) why a jitted function traces again
     "explain_retraces": False,
@@ -32,10 +44,10 @@ _DEFAULTS = {
     # --xla_force_host_platform_device_count); FUNCGRAD_NUM_CPU_DEVICES, read at import, else 1
     "num_cpu_devices": check_num_cpu_devices(os.environ.get("FUNCGRAD_NUM_CPU_DEVICES", "1"),
                                              "FUNCGRAD_NUM_CPU_DEVICES"),
-    # 64-bit types (JAX's jax_enable_x64). True (funcgrad's default, unlike JAX's): numpy
-    # float64/int64 inputs keep their dtype. False: they, and explicit 64-bit dtype requests,
-    # become 32-bit as in JAX's default mode (complex128 -> complex64)
-    "enable_x64": True,
+    # 64-bit types (JAX's jax_enable_x64). False (the default, as in JAX): numpy float64 /
+    # int64 inputs and explicit 64-bit dtype requests become 32-bit (complex128 -> complex64).
+    # True: they keep their dtype. JAX_ENABLE_X64 (as JAX reads it), read at import, sets it
+    "enable_x64": check_flag(os.environ.get("JAX_ENABLE_X64", "0"), "JAX_ENABLE_X64"),
     # False (the default): a CPU matmul runs on OpenBLAS's thread pool or on one thread as its
     # shape says, so reruns of a program give the same bits. True: products of more than
     # FUNCGRAD_CPU_BLAS_SERIAL flops (2 m n k, default 2^25) run on the pool or on one thread,
@@ -126,10 +138,23 @@ class _Config:
 
     def __getattr__(self, name):
         try:
-            return self.__dict__["_values"][name]
+            return self.__dict__["_values"][_ALIASES.get(name, name)]
         except KeyError:
             raise AttributeError(name) from None
 
+    def read(self, name: str) -> Any:
+        """A switch's value by funcgrad's or JAX's name (JAX's config.read).
+
+        Example:
+            >>> from funcgrad.config import config
+            >>> config.read("jax_enable_x64") == config.enable_x64
+            True
+        """
+        try:
+            return getattr(self, name)
+        except AttributeError:
+            raise KeyError(f"unknown funcgrad config option {name!r}; known: "
+                           f"{sorted(self._values)}") from None
 
     def trace_context(self) -> tuple:
         """The switches that change what a traced function computes, as (name, value) pairs
@@ -138,7 +163,7 @@ class _Config:
         ctx = () if p is None else (("funcgrad.config.default_matmul_precision", p),)
         if self._values["check_indices"]:
             ctx += (("check_indices", True),)
-        return ctx if self._values["enable_x64"] else ctx + (("enable_x64", False),)
+        return ctx + (("enable_x64", True),) if self._values["enable_x64"] else ctx
 
 
 _hooks: dict = {}

@@ -29,13 +29,31 @@ debug_print_p.call_impl = _print_call
 debug_print_p.effectful = True
 debug_print_p.vjp = lambda ct, *xs, out, **_: (None,) * len(xs)
 debug_print_p.jvp = lambda ts, xs, *, out, **_: None
-debug_print_p.batch = lambda args, dims, **p: (bind(debug_print_p, *args, **p), None)
+
+
+def _per_element(prim):
+    """JAX's batching rule for debug effects: one call per element of the mapped axis
+    (unmapped operands broadcast), in order."""
+    def rule(args, dims, **params):
+        size = next((a.shape[d] for a, d in zip(args, dims) if d is not None), None)
+        if size is None:
+            return bind(prim, *args, **params), None
+        out = None
+        for i in range(size):
+            out = bind(prim, *[a if d is None else a[(slice(None),) * d + (i,)]
+                               for a, d in zip(args, dims)], **params)
+        return (np.zeros((), np.int32) if out is None else out), None
+    return rule
+
+
+debug_print_p.batch = _per_element(debug_print_p)
 
 
 def print(fmt: str, *args, **kwargs) -> None:
     """Print formatted values at run time, also inside jit, vmap and grad.
 
-    Under vmap the batched values are printed. Output goes to stdout.
+    Under vmap it prints once per element of the mapped axis, as JAX's does. Output goes to
+    stdout.
 
     Example:
         >>> import funcgrad, funcgrad.numpy as fnp
@@ -58,23 +76,13 @@ def _callback_call(*args, callback, **_):
     return core.to_array(np.zeros((), np.int32), "cpu")
 
 
-def _callback_batch(args, dims, **params):
-    # JAX's rule: one call per element of the mapped axis (unmapped operands broadcast)
-    size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
-    out = np.zeros((), np.int32)
-    for i in range(size):
-        out = bind(debug_callback_p, *[a if d is None else a[i] for a, d in zip(args, dims)],
-                   **params)
-    return out, None
-
-
 debug_callback_p = Primitive("debug_callback", lambda *avals, **_: ShapedArray((), np.int32),
                              _callback_impl, kind="effect")
 debug_callback_p.call_impl = _callback_call
 debug_callback_p.effectful = True
 debug_callback_p.vjp = lambda ct, *xs, out, **_: (None,) * len(xs)
 debug_callback_p.jvp = lambda ts, xs, *, out, **_: None
-debug_callback_p.batch = _callback_batch
+debug_callback_p.batch = _per_element(debug_callback_p)
 
 
 def _is_array_like(x) -> bool:

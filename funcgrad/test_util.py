@@ -2,9 +2,10 @@
 
 check_grads / check_jvp / check_vjp have jax.test_util's signatures and JAX's default
 tolerances, which depend on the dtype (2e-3 for float32, 1e-5 for float64, 1e-2 for float16,
-1e-3 for complex64) and, as in JAX, scale with the size of the compared arrays. Tangents are
-drawn per leaf from numpy's default_rng(seed) (integer leaves get none); Python floats are
-checked as float64 (funcgrad would trace them as float32).
+1e-3 for complex64: those of the dtype funcgrad computes in, so float32's for float64 inputs
+while 64-bit types are off, as in JAX) and, as in JAX, scale with the size of the compared
+arrays. Tangents are drawn per leaf from numpy's default_rng(seed) (integer leaves get none);
+Python floats are checked as float64 (funcgrad would trace them as float32).
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import functools
 
 import numpy as np
 
+from funcgrad.core import canonicalize_dtype
 from funcgrad.core.dtypes import dtype_kind
 from funcgrad.transforms.ad import jvp, linearize, vjp
 from funcgrad.tree_util import tree_flatten, tree_map, tree_unflatten
@@ -45,7 +47,8 @@ def _tolerance(dtype, tol) -> float:
         return float(tol)
     merged = dict(default_gradient_tolerance)
     merged.update({np.dtype(k): v for k, v in tol.items()})
-    return float(merged.get(np.dtype(dtype), 0.0))
+    # the dtype funcgrad computes in: float64 inputs are float32 while 64-bit types are off
+    return float(merged.get(canonicalize_dtype(dtype), 0.0))
 
 
 def _assert_close(a, b, atol, rtol, err_msg):

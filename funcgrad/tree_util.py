@@ -10,30 +10,60 @@ from typing import Any, TypeVar
 import optree
 from optree import PyTreeKind
 
+from funcgrad.tree_util_nodes import (
+    DATACLASS_TYPES as _DATACLASS_TYPES,
+)
+from funcgrad.tree_util_nodes import (
+    KEYED_TYPES,
+    NS,
+    Partial,
+    register_dataclass,
+    register_pytree_node,
+    register_pytree_node_class,
+    register_pytree_with_keys,
+    register_pytree_with_keys_class,
+    register_static,
+)
+
 __all__ = [
     "DictKey",
     "FlattenedIndexKey",
     "GetAttrKey",
+    "Partial",
     "PyTreeDef",
     "SequenceKey",
+    "all_leaves",
+    "flatten_one_level",
+    "flatten_one_level_with_keys",
+    "is_tree_node",
     "keystr",
     "register_dataclass",
     "register_pytree_node",
     "register_pytree_node_class",
+    "register_pytree_with_keys",
+    "register_pytree_with_keys_class",
+    "register_static",
     "tree_all",
+    "tree_broadcast",
     "tree_flatten",
     "tree_flatten_with_path",
     "tree_leaves",
+    "tree_leaves_with_path",
     "tree_map",
     "tree_map_with_path",
     "tree_reduce",
+    "tree_reduce_associative",
     "tree_structure",
+    "tree_transpose",
     "tree_unflatten",
+    "treedef_children",
+    "treedef_is_leaf",
+    "treedef_tuple",
 ]
 
 # funcgrad's own optree namespace: our registrations neither leak into optree's global registry
 # nor pick up registrations other libraries make in their namespaces.
-_NS = "funcgrad"
+_NS = NS
 
 PyTreeDef = optree.PyTreeSpec
 """The structure of a pytree: hashable and comparable, so it can key a cache."""
@@ -45,8 +75,44 @@ IsLeaf = Callable[[Any], bool] | None
 
 _DICT_KINDS = (PyTreeKind.DICT, PyTreeKind.ORDEREDDICT, PyTreeKind.DEFAULTDICT)
 _NAMED_KINDS = (PyTreeKind.NAMEDTUPLE, PyTreeKind.STRUCTSEQUENCE)
-_DATACLASS_TYPES: set[type] = set()  # custom nodes whose entries are attribute names
 _NO_INIT = object()  # tree_reduce's "no initializer given"
+
+
+# ---------------------------------------------------------------------------------------------
+# Dicts rebuild in sorted key order, as JAX's do
+
+# optree keeps a dict's insertion order in its PyTreeSpec and rebuilds dicts in that order; JAX
+# rebuilds them in sorted key order (the order of their leaves). Specs that differ only in that
+# order are equal and hash alike, so this cache maps every such spec to its sorted-order twin.
+_SORTED: dict[PyTreeDef, PyTreeDef] = {}
+_SORTED_MAX = 4096
+
+
+def _sorted_node(node: PyTreeDef) -> PyTreeDef:
+    """One node of a structure, a dict or defaultdict rebuilt with its keys in sorted order."""
+    kind = node.kind
+    if kind != PyTreeKind.DICT and kind != PyTreeKind.DEFAULTDICT:
+        return node
+    leaf = optree.treespec_leaf(namespace=_NS)
+    children = dict.fromkeys(node.entries(), leaf)   # entries(): the sorted keys
+    if kind == PyTreeKind.DICT:
+        return optree.treespec_dict(children, namespace=_NS)
+    factory = node.unflatten([None] * node.num_children).default_factory
+    return optree.treespec_defaultdict(factory, children, namespace=_NS)
+
+
+def _sorted_dicts(treedef: PyTreeDef) -> PyTreeDef:
+    """``treedef``, whose unflatten rebuilds dicts (not OrderedDicts) in sorted key order."""
+    try:
+        return _SORTED[treedef]
+    except KeyError:
+        pass
+    except TypeError:   # an unhashable static field of a custom node: no cache
+        return treedef.transform(_sorted_node)
+    if len(_SORTED) >= _SORTED_MAX:
+        _SORTED.clear()
+    out = _SORTED[treedef] = treedef.transform(_sorted_node)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -56,8 +122,8 @@ _NO_INIT = object()  # tree_reduce's "no initializer given"
 def tree_flatten(tree: PyTree, is_leaf: IsLeaf = None) -> tuple[list[Leaf], PyTreeDef]:
     """Flattens a pytree into its leaves and its structure.
 
-    Containers are tuples, lists, dicts (in sorted key order), OrderedDicts and defaultdicts (in
-    insertion order), NamedTuples, ``None`` (a node with no children) and the types registered
+    Containers are tuples, lists, dicts and defaultdicts (in sorted key order: the structure
+    rebuilds them in that order, as JAX's does), OrderedDicts (in insertion order), NamedTuples, ``None`` (a node with no children) and the types registered
     with :func:`register_pytree_node` or :func:`register_dataclass`. Anything else is a leaf.
 
     Args:
@@ -74,8 +140,11 @@ def tree_flatten(tree: PyTree, is_leaf: IsLeaf = None) -> tuple[list[Leaf], PyTr
         [1, 2]
         >>> treedef
         PyTreeSpec({'a': *, 'b': (*, None)})
+        >>> tree_unflatten(treedef, [3, 4])
+        {'a': 3, 'b': (4, None)}
     """
-    return optree.tree_flatten(tree, is_leaf, namespace=_NS)
+    leaves, treedef = optree.tree_flatten(tree, is_leaf, namespace=_NS)
+    return leaves, _sorted_dicts(treedef)
 
 
 def tree_unflatten(treedef: PyTreeDef, leaves: Iterable[Leaf]) -> PyTree:
@@ -115,7 +184,7 @@ def tree_structure(tree: PyTree, is_leaf: IsLeaf = None) -> PyTreeDef:
         >>> tree_structure([1, 2]) == tree_structure([3, 4])
         True
     """
-    return optree.tree_structure(tree, is_leaf, namespace=_NS)
+    return _sorted_dicts(optree.tree_structure(tree, is_leaf, namespace=_NS))
 
 
 def tree_map(f: Callable[..., Any], tree: PyTree, *rest: PyTree, is_leaf: IsLeaf = None) -> PyTree:
@@ -139,13 +208,17 @@ def tree_map(f: Callable[..., Any], tree: PyTree, *rest: PyTree, is_leaf: IsLeaf
             where it does, e.g. ``tree_map: structures differ at ['b'][1]: list of 2 vs list
             of 3``.
 
+    Dicts in the result have their keys in sorted order, as in JAX.
+
     Example:
         >>> tree_map(lambda x, y: x + y, {"a": 1, "b": [2, 3]}, {"a": 10, "b": [20, 30]})
         {'a': 11, 'b': [22, 33]}
+        >>> tree_map(lambda x: x, {"b": 1, "a": 2})
+        {'a': 2, 'b': 1}
         >>> tree_map(lambda x: x * 2, (1, None, [2]))
         (2, None, [4])
     """
-    leaves, treedef = optree.tree_flatten(tree, is_leaf, namespace=_NS)
+    leaves, treedef = tree_flatten(tree, is_leaf)
     if not rest:
         return treedef.unflatten(map(f, leaves))
     columns = [leaves] + _flatten_rest("tree_map", treedef, tree, rest, is_leaf)
@@ -252,6 +325,8 @@ def _entry_keys(node: PyTreeDef) -> list[KeyEntry]:
                   else optree.structseq_fields)(node.type)
         return [GetAttrKey(fields[i]) for i in entries]
     if kind == PyTreeKind.CUSTOM:
+        if node.type in KEYED_TYPES:
+            return list(entries)
         if node.type in _DATACLASS_TYPES:
             return [GetAttrKey(k) for k in entries]
         return [FlattenedIndexKey(i) for i in range(len(entries))]
@@ -359,133 +434,153 @@ def _first_difference(
 
 
 # ---------------------------------------------------------------------------------------------
-# Registering new node types
+# More of JAX's tree_util: one-level views, structure helpers, transpose / broadcast
 
 
-def register_pytree_node(
-    nodetype: type[T],
-    flatten_func: Callable[[T], tuple[Iterable[Any], Hashable]],
-    unflatten_func: Callable[[Hashable, Iterable[Any]], T],
-) -> None:
-    """Registers a container type as a pytree node (in funcgrad's own registry).
-
-    Args:
-        nodetype: the class.
-        flatten_func: ``obj -> (children, aux_data)``; the children are pytrees, and the
-            ``aux_data`` is hashable and comparable static data that is part of the structure.
-        unflatten_func: ``(aux_data, children) -> obj``.
-
-    Raises:
-        ValueError: ``nodetype`` is already registered.
+def tree_leaves_with_path(tree: PyTree, is_leaf: IsLeaf = None) -> list[tuple[KeyPath, Leaf]]:
+    """``[(key path, leaf)]`` in flattening order.
 
     Example:
-        >>> class Pair:
-        ...     def __init__(self, left, right, name):
-        ...         self.left, self.right, self.name = left, right, name
-        >>> register_pytree_node(
-        ...     Pair,
-        ...     lambda p: ((p.left, p.right), p.name),
-        ...     lambda name, children: Pair(*children, name),
-        ... )
-        >>> tree_leaves([Pair(1, (2, 3), "p")])
-        [1, 2, 3]
+        >>> [(keystr(p), x) for p, x in tree_leaves_with_path({"a": [1]})]
+        [("['a'][0]", 1)]
     """
-    optree.register_pytree_node(nodetype, flatten_func, unflatten_func, namespace=_NS)
+    return tree_flatten_with_path(tree, is_leaf)[0]
 
 
-def register_pytree_node_class(cls: type[T]) -> type[T]:
-    """Class decorator: registers a class with ``tree_flatten`` and ``tree_unflatten`` methods.
-
-    ``obj.tree_flatten()`` returns ``(children, aux_data)`` and the classmethod
-    ``cls.tree_unflatten(aux_data, children)`` rebuilds an instance.
+def all_leaves(iterable: Iterable[Any], is_leaf: IsLeaf = None) -> bool:
+    """True when every element of ``iterable`` is a leaf.
 
     Example:
-        >>> @register_pytree_node_class
-        ... class Scaled:
-        ...     def __init__(self, value, scale):
-        ...         self.value, self.scale = value, scale
-        ...     def tree_flatten(self):
-        ...         return (self.value,), self.scale
-        ...     @classmethod
-        ...     def tree_unflatten(cls, scale, children):
-        ...         return cls(children[0], scale)
-        >>> tree_map(lambda v: v + 1, Scaled(1.0, 3)).value
-        2.0
+        >>> all_leaves([1, 2.0]), all_leaves([1, [2]])
+        (True, False)
     """
-    register_pytree_node(cls, cls.tree_flatten, cls.tree_unflatten)
-    return cls
+    items = list(iterable)
+    flat = tree_leaves(items, is_leaf)
+    return len(flat) == len(items) and all(a is b for a, b in zip(flat, items))
 
 
-def register_dataclass(
-    nodetype: type[T],
-    data_fields: Sequence[str] | None = None,
-    meta_fields: Sequence[str] | None = None,
-    drop_fields: Sequence[str] = (),
-) -> type[T]:
-    """Registers a dataclass (or any class with such attributes) as a pytree node.
-
-    Data fields are children (arrays, subtrees); meta fields are static, hashable data that is
-    part of the structure, so two values differing in a meta field have different structures.
-    Called without field lists on a dataclass (also as a bare decorator), every ``init`` field is
-    a data field unless declared ``field(metadata=dict(static=True))``.
-
-    Args:
-        nodetype: the class; rebuilt as ``nodetype(**data, **meta)``.
-        data_fields: names of the fields that are children.
-        meta_fields: names of the fields that are static data.
-        drop_fields: dataclass ``init`` fields that are neither (their defaults are used).
-
-    Returns:
-        ``nodetype``, so that this works as a class decorator.
-
-    Raises:
-        TypeError: only one of the field lists is given, or neither is and ``nodetype`` is
-            not a dataclass.
-        ValueError: the field lists do not cover a dataclass's ``init`` fields exactly.
+def flatten_one_level(tree: PyTree) -> tuple[list[Any], Any]:
+    """The children of a container node and its node data (a dict's keys, sorted; a custom
+    node's aux data); ValueError for a leaf.
 
     Example:
-        >>> from dataclasses import dataclass, field
-        >>> @register_dataclass
-        ... @dataclass
-        ... class Linear:
-        ...     w: object
-        ...     b: object
-        ...     act: str = field(default="relu", metadata=dict(static=True))
-        >>> tree_leaves(Linear(w=1.0, b=2.0))
-        [1.0, 2.0]
-        >>> tree_map(lambda x: x * 2, Linear(1.0, 2.0, "tanh"))
-        Linear(w=2.0, b=4.0, act='tanh')
+        >>> flatten_one_level({"b": [1], "a": 2})
+        ([2, [1]], ('a', 'b'))
     """
-    if (data_fields is None) != (meta_fields is None):
-        raise TypeError("register_dataclass: give both data_fields and meta_fields, or neither")
-    is_dc = dataclasses.is_dataclass(nodetype)
-    if data_fields is None:
-        if not is_dc:
-            raise TypeError(
-                f"register_dataclass: {nodetype.__name__} is not a dataclass; "
-                "pass data_fields and meta_fields"
-            )
-        init = [f for f in dataclasses.fields(nodetype) if f.init and f.name not in drop_fields]
-        data_fields = [f.name for f in init if not f.metadata.get("static", False)]
-        meta_fields = [f.name for f in init if f.metadata.get("static", False)]
-    data_fields, meta_fields = tuple(data_fields), tuple(meta_fields)
-    if is_dc:
-        init_names = {f.name for f in dataclasses.fields(nodetype) if f.init} - set(drop_fields)
-        given = {*data_fields, *meta_fields}
-        if given != init_names:
-            raise ValueError(
-                f"register_dataclass: data_fields and meta_fields of {nodetype.__name__} must "
-                f"name its init fields exactly; missing {sorted(init_names - given)}, "
-                f"unexpected {sorted(given - init_names)}"
-            )
+    children, meta, _ = _one_level_raw(tree)
+    return children, meta
 
-    def flatten(obj: T) -> tuple[tuple[Any, ...], tuple[Any, ...], tuple[str, ...]]:
-        children = tuple(getattr(obj, name) for name in data_fields)
-        return children, tuple(getattr(obj, name) for name in meta_fields), data_fields
 
-    def unflatten(meta: tuple[Any, ...], children: Iterable[Any]) -> T:
-        return nodetype(**dict(zip(meta_fields, meta)), **dict(zip(data_fields, children)))
+def flatten_one_level_with_keys(tree: PyTree) -> tuple[list[tuple[KeyEntry, Any]], Any]:
+    """Like :func:`flatten_one_level`, each child paired with its key path entry.
 
-    optree.register_pytree_node(nodetype, flatten, unflatten, namespace=_NS)
-    _DATACLASS_TYPES.add(nodetype)
-    return nodetype
+    Example:
+        >>> flatten_one_level_with_keys([5, 6])
+        ([(SequenceKey(idx=0), 5), (SequenceKey(idx=1), 6)], None)
+    """
+    children, meta, node = _one_level_raw(tree)
+    return list(zip(_entry_keys(node), children)), meta
+
+
+def _one_level_raw(tree):
+    try:
+        out = optree.tree_flatten_one_level(tree, namespace=_NS)
+    except ValueError:
+        raise ValueError(f"can't tree-flatten type: {type(tree)}") from None
+    meta = tuple(out.metadata) if isinstance(out.metadata, list) else out.metadata
+    return list(out.children), meta, _one_level(tree)[1]
+
+
+def is_tree_node(typ: type) -> bool:
+    """True when instances of ``typ`` are pytree nodes (containers), not leaves.
+
+    Example:
+        >>> is_tree_node(list), is_tree_node(type(None)), is_tree_node(int)
+        (True, True, False)
+    """
+    return optree.register_pytree_node.get(typ, namespace=_NS) is not None
+
+
+def treedef_children(treedef: PyTreeDef) -> list[PyTreeDef]:
+    """The structures of the root's children.
+
+    Example:
+        >>> treedef_children(tree_structure(((1, 2), [3])))
+        [PyTreeSpec((*, *)), PyTreeSpec([*])]
+    """
+    return treedef.children()
+
+
+def treedef_is_leaf(treedef: PyTreeDef) -> bool:
+    """True for the structure of a single leaf.
+
+    Example:
+        >>> treedef_is_leaf(tree_structure(1)), treedef_is_leaf(tree_structure([1]))
+        (True, False)
+    """
+    return treedef.is_leaf()
+
+
+def treedef_tuple(treedefs: Iterable[PyTreeDef]) -> PyTreeDef:
+    """The structure of a tuple of trees with these structures.
+
+    Example:
+        >>> treedef_tuple([tree_structure(1), tree_structure([1, 2])])
+        PyTreeSpec((*, [*, *]))
+    """
+    return optree.treespec_tuple(list(treedefs), namespace=_NS)
+
+
+def tree_transpose(outer_treedef: PyTreeDef, inner_treedef: PyTreeDef | None,
+                   pytree_to_transpose: PyTree) -> PyTree:
+    """Turns a tree of trees (``outer`` of ``inner``) into one of ``inner`` of ``outer``;
+    ``inner_treedef`` None takes the structure of the first inner tree.
+
+    Example:
+        >>> outer, inner = tree_structure([0, 0]), tree_structure((0, 0))
+        >>> tree_transpose(outer, inner, [(1, 2), (3, 4)])
+        ([1, 3], [2, 4])
+    """
+    inners = outer_treedef.flatten_up_to(pytree_to_transpose)
+    if inner_treedef is None:
+        inner_treedef = tree_structure(inners[0]) if inners else tree_structure(())
+    for i, sub in enumerate(inners):
+        if tree_structure(sub) != inner_treedef:
+            raise TypeError(f"tree_transpose: inner tree {i} has structure "
+                            f"{tree_structure(sub)}, expected {inner_treedef}")
+    columns = [inner_treedef.flatten_up_to(sub) for sub in inners]
+    return inner_treedef.unflatten(
+        [outer_treedef.unflatten([col[j] for col in columns])
+         for j in range(inner_treedef.num_leaves)])
+
+
+def tree_broadcast(prefix_tree: PyTree, full_tree: PyTree, is_leaf: IsLeaf = None) -> PyTree:
+    """Repeats each leaf of a tree prefix over the subtree of ``full_tree`` it stands for.
+
+    Example:
+        >>> tree_broadcast([1, 2], [(0, 0), {"a": 0}])
+        [(1, 1), {'a': 2}]
+    """
+    return tree_map(lambda x, sub: tree_map(lambda _: x, sub), prefix_tree, full_tree,
+                    is_leaf=is_leaf)
+
+
+def tree_reduce_associative(operation: Callable[[T, T], T], tree: PyTree, *,
+                            identity: Any = _NO_INIT, is_leaf: IsLeaf = None) -> T:
+    """Combines the leaves with an associative ``operation`` as a balanced tree of calls;
+    ``identity`` is the result for a tree with no leaves.
+
+    Example:
+        >>> tree_reduce_associative(lambda a, b: a + b, {"x": 1, "y": [2, 3]})
+        6
+    """
+    xs = tree_leaves(tree, is_leaf)
+    if not xs:
+        if identity is _NO_INIT:
+            raise TypeError("tree_reduce_associative of a tree with no leaves needs an "
+                            "identity")
+        return identity
+    while len(xs) > 1:
+        pairs = [operation(xs[i], xs[i + 1]) for i in range(0, len(xs) - 1, 2)]
+        xs = pairs + ([xs[-1]] if len(xs) % 2 else [])
+    return xs[0]

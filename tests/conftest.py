@@ -10,6 +10,11 @@ import numpy as np
 import pytest
 from hypothesis import settings
 
+# funcgrad's default is JAX's (64-bit types off); the suite's float64 reference checks need them
+# on. Set before funcgrad is imported, so that the subprocesses tests start inherit it too; run
+# with JAX_ENABLE_X64=0 to test the default mode (tests of that mode switch it off themselves).
+os.environ.setdefault("JAX_ENABLE_X64", "1")
+
 settings.register_profile("ci", max_examples=15, deadline=None, derandomize=True)
 settings.register_profile("dev", max_examples=40, deadline=None)
 settings.load_profile("ci" if os.environ.get("CI", "").lower() == "true" else "dev")
@@ -132,7 +137,13 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_configure(config):
     """In the controller of a `pytest -n N` run, compile the bytecode the workers will load
-    before they start (`_warm_bytecode`)."""
+    before they start (`_warm_bytecode`); and keep the 64-bit switch as JAX_ENABLE_X64 says
+    should a plugin have imported funcgrad before this file set it."""
+    if "funcgrad.config" in sys.modules:
+        from funcgrad.config import check_flag
+        from funcgrad.config import config as fg_config
+        flag = check_flag(os.environ["JAX_ENABLE_X64"], "JAX_ENABLE_X64")
+        fg_config.update("enable_x64", flag)
     if (not hasattr(config, "workerinput") and getattr(config.option, "numprocesses", None)
             and getattr(config.option, "dist", "no") != "no"):
         _warm_bytecode(config)

@@ -53,10 +53,13 @@ def test_print_inside_jit_prints_every_call(capsys):
 
 
 def test_print_inside_vmap(capsys):
+    # JAX prints once per element of the mapped axis, in order
     vmap(_printing)(np.stack([X, X + 1.0]))
-    out = capsys.readouterr().out
-    assert out.startswith("x=[[0. 1. 2.]\n [1. 2. 3.]]")  # the batched value
-    assert out.count("\n") == 3
+    assert capsys.readouterr().out == ("x=[0. 1. 2.] twice=[0. 2. 4.]\n"
+                                       "x=[1. 2. 3.] twice=[2. 4. 6.]\n")
+    vmap(_printing, in_axes=1)(np.stack([X, X + 1.0]))
+    assert capsys.readouterr().out.splitlines()[:2] == ["x=[0. 1.] twice=[0. 2.]",
+                                                        "x=[1. 2.] twice=[2. 4.]"]
 
 
 def test_print_inside_grad(capsys):
@@ -73,7 +76,7 @@ def test_print_inside_jvp_and_nested(capsys):
     jvp(_printing, (X,), (X,))
     assert capsys.readouterr().out == "x=[0. 1. 2.] twice=[0. 2. 4.]\n"
     jit(vmap(jit(_printing)))(X[None])
-    assert capsys.readouterr().out == "x=[[0. 1. 2.]] twice=[[0. 2. 4.]]\n"
+    assert capsys.readouterr().out == "x=[0. 1. 2.] twice=[0. 2. 4.]\n"
 
 
 def test_print_of_values_inside_grad_of_intermediate(capsys):
@@ -160,3 +163,10 @@ def test_debug_nans_switched_off_again():
     assert np.isnan(float(grad(_where_sqrt)(0.0)))
     with pytest.raises(KeyError, match="unknown funcgrad config option"):
         funcgrad.config.update("debug_nan", True)
+
+
+def test_callback_under_vmap_takes_elements_of_the_mapped_axis():
+    seen = []
+    vmap(lambda x: funcgrad.debug.callback(lambda v: seen.append(np.asarray(v).tolist()), x)
+         or x, in_axes=1)(np.arange(6.0).reshape(2, 3))
+    assert seen == [[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]]   # the columns, as JAX calls it

@@ -1,9 +1,9 @@
 """The documentation's examples and links: README.md, docs/*.md and funcgrad/cuda/README.md.
 
 Every ```python block runs as a script named example.py in a fresh directory, in a process of
-its own with the default device pinned to the CPU (the pages show what the CPU backend prints);
-when a plain ``` block follows it, the script must print exactly that. A comment on the line
-before a block changes how it runs:
+its own with the default device pinned to the CPU and the default 64-bit mode (the pages show
+what the CPU backend prints); when a plain ``` block follows it, the script must print exactly
+that. A comment on the line before a block changes how it runs:
 
     <!-- docs-test: cwd=examples stdin -->          run from examples/, the source on stdin
     <!-- docs-test: env FUNCGRAD_NUM_CPU_DEVICES=4 -->   extra environment variables
@@ -70,7 +70,8 @@ def test_the_pages_have_examples():
 
 @pytest.mark.parametrize("source,expected,directive", EXAMPLES)
 def test_example_prints_what_the_page_shows(source, expected, directive, tmp_path):
-    env = dict(os.environ)
+    # the pages show funcgrad's default mode (64-bit types off, as in JAX), not the suite's
+    env = {k: v for k, v in os.environ.items() if k != "JAX_ENABLE_X64"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     cwd, name = tmp_path, "example.py"
     for word in directive.split():

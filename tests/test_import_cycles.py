@@ -15,7 +15,7 @@ ROOT = pathlib.Path(funcgrad.__file__).parent
 
 # the house, bottom to top: a module may import its own layer and the layers below it
 LAYERS = [
-    ("funcgrad.config", "funcgrad.tree_util", "funcgrad.core"),
+    ("funcgrad.config", "funcgrad.tree_util", "funcgrad.tree_util_nodes", "funcgrad.core"),
     ("funcgrad.prims",),
     ("funcgrad.transforms", "funcgrad.debug", "funcgrad.ad_checkpoint"),
     ("funcgrad.compile",),

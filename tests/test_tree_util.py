@@ -104,6 +104,42 @@ def test_dict_keys_sorted():
     assert tree_structure({"b": 0, "a": 0}) == tree_structure({"a": 0, "b": 0})
 
 
+class _Box:
+    """A registered node holding one subtree (a dict below)."""
+
+    def __init__(self, d):
+        self.d = d
+
+
+tu.register_pytree_node(_Box, lambda b: ((b.d,), None), lambda _, children: _Box(*children))
+
+
+def test_dicts_rebuild_in_sorted_key_order():
+    # JAX 0.10.2: tree_map / tree_unflatten / jit / grad / vmap all return dicts whose keys are
+    # in sorted order, whatever the input's insertion order (optree alone keeps insertion order)
+    import funcgrad
+    import funcgrad.numpy as fnp
+
+    def keys(d):
+        return list(d)
+
+    assert keys(tree_map(lambda x: x * 10, {"b": 1, "a": 2})) == ["a", "b"]
+    assert tree_map(lambda x: x * 10, {"b": 1, "a": 2}) == {"a": 20, "b": 10}
+    assert keys(tree_map(lambda x, y: x + y, {"b": 1, "a": 2}, {"a": 10, "b": 20})) == ["a", "b"]
+    _, treedef = tree_flatten({"b": 1, "a": 2})
+    assert keys(tree_unflatten(treedef, [7, 8])) == ["a", "b"]
+    assert keys(tree_unflatten(tree_structure({"z": 0, "y": 0}), [1, 2])) == ["y", "z"]
+    nested = tree_map(lambda x: x, [{"z": {"y": 1, "x": 2}}, None, (3, {"b": 4, "a": 5})])
+    assert keys(nested[0]["z"]) == ["x", "y"] and keys(nested[2][1]) == ["a", "b"]
+    assert keys(tree_map(lambda x: x, _Box({"b": 1, "a": 2})).d) == ["a", "b"]
+    dd = tree_map(lambda x: x, collections.defaultdict(list, {"b": 1, "a": 2}))
+    assert type(dd) is collections.defaultdict and dd.default_factory is list
+    assert keys(dd) == ["a", "b"]
+    assert keys(funcgrad.jit(lambda x: {"b": x, "a": 2 * x})(1.0)) == ["a", "b"]
+    assert keys(funcgrad.grad(lambda p: p["y"] * p["x"])({"y": 2.0, "x": 3.0})) == ["x", "y"]
+    assert keys(funcgrad.vmap(lambda x: {"b": x, "a": 2 * x})(fnp.ones(2))) == ["a", "b"]
+
+
 def test_ordered_dict_keeps_insertion_order():
     tree = collections.OrderedDict([("c", 3), ("a", 1)])
     leaves, treedef = tree_flatten(tree)

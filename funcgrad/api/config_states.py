@@ -18,11 +18,12 @@ class ConfigState:
 
     Example:
         >>> import funcgrad, funcgrad.numpy as fnp, numpy as np
-        >>> with funcgrad.enable_x64(False):
+        >>> with funcgrad.enable_x64(True):
         ...     fnp.asarray(np.ones(2)).dtype
-        dtype('float32')
-        >>> funcgrad.enable_x64.value
-        True
+        dtype('float64')
+        >>> with funcgrad.enable_x64(False):
+        ...     funcgrad.enable_x64.value
+        False
     """
 
     def __init__(self, name: str, default=True):

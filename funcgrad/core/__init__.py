@@ -367,7 +367,28 @@ class Array(ArrayBase):
 
 
 class ConcretizationError(FuncgradError, TypeError):
-    """A traced value was used where Python needs a concrete value."""
+    """A traced value was used where Python needs a concrete value (JAX's
+    ConcretizationTypeError)."""
+
+
+class TracerBoolConversionError(ConcretizationError):
+    """bool() of a traced array: an ``if`` or ``while`` on a value inside jit."""
+
+
+class TracerIntegerConversionError(ConcretizationError):
+    """int() of a traced array, or one used as a Python index (a shape, a slice bound)."""
+
+
+class TracerArrayConversionError(ConcretizationError):
+    """numpy.asarray() or .tolist() of a traced array."""
+
+
+class UnexpectedTracerError(FuncgradError, TypeError):
+    """A traced value used outside the transformation that made it (a leaked tracer)."""
+
+
+class NonConcreteBooleanIndexError(FuncgradError, IndexError):
+    """Boolean-mask indexing with a traced mask: the result's shape would depend on data."""
 
 
 class Tracer(ArrayBase):
@@ -392,17 +413,17 @@ class Tracer(ArrayBase):
         b = self.builder
         return b.concrete_value(self.var) if b.concrete else None
 
-    def _concrete(self, what):
-        raise ConcretizationError(
+    def _concrete(self, what, error=ConcretizationError):
+        raise error(
             f"{what} needs a concrete value, but got a traced array {self.aval.str_short()} "
             f"(inside jit/grad/vmap tracing).\n  at {user_frame_src()}\n"
             "Use funcgrad.numpy.where(...) for value-dependent choices, or mark the argument "
             "static with jit(..., static_argnums=...).")
 
-    def _value(self, what):
+    def _value(self, what, error=ConcretizationError):
         v = self.to_concrete_value()
         if v is None:
-            self._concrete(what)
+            self._concrete(what, error)
         return v
 
     def _no_scalar(self, what):
@@ -415,18 +436,32 @@ class Tracer(ArrayBase):
             "for value-dependent choices), or use .item() where a Python value is really "
             "wanted.")
 
-    def __bool__(self): return bool(self._value("bool() / an if-statement"))
-    def __int__(self): return int(self._value("int()"))
-    def __index__(self): return self._value("using an array as a Python index").__index__()
+    def __bool__(self):
+        return bool(self._value("bool() / an if-statement", TracerBoolConversionError))
+
+    def __int__(self): return int(self._value("int()", TracerIntegerConversionError))
+
+    def __index__(self):
+        return self._value("using an array as a Python index",
+                           TracerIntegerConversionError).__index__()
 
     def __float__(self): self._no_scalar("float()")
     def __complex__(self): self._no_scalar("complex()")
-    def __array__(self, dtype=None, copy=None): self._concrete("numpy.asarray()")
+    def __array__(self, dtype=None, copy=None):
+        self._concrete("numpy.asarray()", TracerArrayConversionError)
+
     def item(self): return self._value(".item()").item()
-    def tolist(self): self._concrete(".tolist()")
+    def tolist(self): self._concrete(".tolist()", TracerArrayConversionError)
 
     def __repr__(self):
-        return f"Traced<{self.aval.str_short()}>"
+        # eager autodiff knows the value (as JAX's GradTracer shows its primal)
+        text = f"Traced<{self.aval.str_short()}>"
+        if self.builder.concrete:
+            try:
+                return f"{text}(primal={self.to_concrete_value()})"
+            except Exception:   # noqa: BLE001 - repr never raises: the type alone
+                return text
+        return text
 
 
 # ---------------------------------------------------------------------------------------------
@@ -663,7 +698,7 @@ def bind(prim: Primitive, *args, **params):
         b = stack[-1]
         for a in args:
             if isinstance(a, Tracer) and a.builder.level > b.level:
-                raise FuncgradError(
+                raise UnexpectedTracerError(
                     f"{prim.name}: a traced value escaped its transformation (leaked tracer "
                     f"{a.aval.str_short()}); return it from the transformed function instead."
                     f"\n  at {user_frame_src()}")
@@ -688,8 +723,9 @@ def eval_prim(prim: Primitive, args, params):
     on_cpu = False
     for a in args:
         if isinstance(a, Tracer):
-            raise FuncgradError(f"{prim.name}: a traced value escaped its transformation "
-                                f"(leaked tracer {a.aval.str_short()}).\n  at {user_frame_src()}")
+            raise UnexpectedTracerError(
+                f"{prim.name}: a traced value escaped its transformation (leaked tracer "
+                f"{a.aval.str_short()}).\n  at {user_frame_src()}")
         if isinstance(a, Array):
             if a.device != "cpu":
                 device = a.device

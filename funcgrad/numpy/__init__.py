@@ -28,7 +28,6 @@ from funcgrad.numpy._base import (
     int16,
     int32,
     int64,
-    linspace,
     ndim,
     ones,
     ones_like,
@@ -156,7 +155,8 @@ from funcgrad.numpy._sorting import where_nonzero as where  # noqa: E402,F401
 from funcgrad.numpy._stats import *  # noqa: E402,F401,F403
 from funcgrad.numpy import fft  # noqa: E402,F401
 from funcgrad.numpy._array_api import __array_api_version__, __array_namespace_info__  # noqa: E402,F401
-from funcgrad.numpy._linalg_norms import cross, vecdot  # noqa: E402,F401
+from funcgrad.numpy._linalg_norms import vecdot  # noqa: E402,F401
+from funcgrad.numpy._jax_forms import cross, linspace  # noqa: E402,F401  (JAX's full forms)
 from funcgrad.numpy._derived import cdouble, complex_, csingle, matvec, polyfit, vecmat  # noqa: E402,F401
 bitwise_left_shift, bitwise_right_shift, bitwise_invert, pow = (  # noqa: E402  (array API names)
     left_shift, right_shift, invert, power)

@@ -5,7 +5,14 @@ import numpy as np
 
 from funcgrad import prims as P
 from funcgrad.config import config
-from funcgrad.core import ArrayBase, Tracer, bind, is_int, user_frame_src
+from funcgrad.core import (
+    ArrayBase,
+    NonConcreteBooleanIndexError,
+    Tracer,
+    bind,
+    is_int,
+    user_frame_src,
+)
 from funcgrad.core.dtypes import dtype_kind
 from funcgrad.numpy._base import asarray, broadcast_to, reshape
 from funcgrad.numpy._shape import checked_index, moded_index, pad_fill, transpose
@@ -15,18 +22,24 @@ def _is_array_index(i):
     return isinstance(i, (ArrayBase, np.ndarray, list)) and not isinstance(i, bool)
 
 
+def _traced_mask(mask):
+    raise NonConcreteBooleanIndexError(
+        f"boolean-mask indexing needs a concrete mask (its output shape depends on the data), "
+        f"got a traced mask {mask.aval.str_short()}; use funcgrad.numpy.where, or a mask "
+        f"outside jit.\n  at {user_frame_src()}")
+
+
 def _normalize(x, idx):
     """Expand Ellipsis, turn boolean masks into integer arrays and lists into arrays."""
     if not isinstance(idx, tuple):
         idx = (idx,)
     out = []
     for i in idx:
-        if isinstance(i, (list, np.ndarray)) or (isinstance(i, ArrayBase)):
+        if isinstance(i, (list, np.ndarray, ArrayBase)):
             arr = i if isinstance(i, ArrayBase) else np.asarray(i)
             if arr.dtype == np.bool_:
                 if isinstance(arr, Tracer):
-                    raise IndexError("boolean-mask indexing needs a concrete mask (its output "
-                                     "shape depends on the data); use funcgrad.numpy.where")
+                    _traced_mask(arr)
                 out.extend(np.nonzero(np.asarray(arr)))
                 continue
             if not is_int(arr.dtype) and arr.size:
@@ -67,8 +80,7 @@ def _scalar_mask(idx):
         return bool(idx)
     if isinstance(idx, (ArrayBase, np.ndarray)) and idx.dtype == np.bool_ and idx.ndim == 0:
         if isinstance(idx, Tracer):
-            raise IndexError("boolean-mask indexing needs a concrete mask (its output shape "
-                             "depends on the data); use funcgrad.numpy.where")
+            _traced_mask(idx)
         return bool(np.asarray(idx))
     return None
 
@@ -276,13 +288,27 @@ class _IndexUpdateHelper:
         return _IndexUpdateRef(self.x, idx)
 
 
+def _neutral(kind, dtype):
+    """The update that leaves a value as it is: 1 for a product, the lowest / highest value
+    of the dtype for max / min."""
+    dtype = np.dtype(dtype)
+    if kind == "prod":
+        return 1
+    if dtype == np.bool_:
+        return kind == "min"
+    if is_int(dtype):
+        info = np.iinfo(dtype)
+        return info.min if kind == "max" else info.max
+    return -np.inf if kind == "max" else np.inf
+
+
 class _IndexUpdateRef:
     """`x.at[idx]`: `.get()`, `.set(v)`, `.add(v)`, `.multiply(v)`, `.min(v)`, `.max(v)`.
 
     Updates raise IndexError for out-of-range targets (JAX drops them; funcgrad never drops
     data); `.get()` follows JAX's gather modes (clamped by default, see _getitem). With
-    repeated indices `.add` accumulates every update, `.set` keeps one of them, and (for a
-    concrete index, as in JAX) `.multiply`/`.min`/`.max` apply every update.
+    repeated indices `.add` accumulates every update, `.set` keeps one of them, and
+    `.multiply`/`.min`/`.max` apply every update, as in JAX.
     """
 
     def __init__(self, x, idx):
@@ -345,6 +371,8 @@ class _IndexUpdateRef:
     def multiply(self, values):
         from funcgrad.numpy._base import ones_like
         x = asarray(self.x)
+        if self._traced():
+            return self._traced_combine(values, "prod")
         groups = self._repeats()
         if groups is None:
             return x * self._scatter(P.scatter_p, ones_like(x), values)
@@ -362,6 +390,8 @@ class _IndexUpdateRef:
         return self._minmax(values, maximum, "max")
 
     def _minmax(self, values, op, kind):
+        if self._traced():
+            return self._traced_combine(values, kind)
         groups = self._repeats()
         if groups is None:
             return self.set(op(self.get(), values))
@@ -373,7 +403,45 @@ class _IndexUpdateRef:
 
     # Repeated indices: like JAX, .multiply/.min/.max apply every update. For a concrete index
     # the repeats are grouped here (numpy, at trace time) and each group's updates combined
-    # with a reduction before one scatter; a traced index keeps one update per position.
+    # with a reduction before one scatter; a traced index's updates are sorted by target and
+    # each run of one target reduced by a scan (_traced_combine).
+    def _traced(self) -> bool:
+        idx = self.idx if isinstance(self.idx, tuple) else (self.idx,)
+        return any(isinstance(i, Tracer) for i in idx)
+
+    def _traced_combine(self, values, kind):
+        """.multiply / .min / .max at a traced index, every update applied (repeats too): the
+        updates sorted by flat target, a scan reducing each run of one target, the
+        run ends scattered onto their targets (the other updates onto a spare slot, dropped)
+        and combined with x; a target no update reaches keeps its value."""
+        from funcgrad.numpy._base import full
+        from funcgrad.numpy._shape import concatenate
+        from funcgrad.numpy._sorting import argsort
+        from funcgrad.numpy._ufuncs import maximum, minimum, multiply, where
+        x = asarray(self.x)
+        sel = self._flat_ids()
+        t = reshape(sel, (-1,))
+        v = reshape(broadcast_to(asarray(values, x.dtype), sel.shape), (-1,))
+        op = {"prod": multiply, "min": minimum, "max": maximum}[kind]
+        if t.shape[0] == 0:
+            return x
+        order = argsort(t)
+        t, v = bind(P.take_p, t, order, axis=0), bind(P.take_p, v, order, axis=0)
+
+        # inclusive scan within runs of one target (Hillis-Steele): after the step of shift d,
+        # run[i] reduces the updates i-2d+1..i that share i's target
+        run, n, d = v, t.shape[0], 1
+        while d < n:
+            before_t = concatenate([asarray(np.full(d, -1, t.dtype)), t[:-d]])
+            before = concatenate([run[:d], run[:-d]])
+            run = where(before_t == t, op(before, run), run)
+            d *= 2
+        end = concatenate([t[1:] != t[:-1], asarray(np.ones(1, np.bool_))])
+        dest = where(end, t, x.size)
+        totals = bind(P.scatter_p, full((x.size + 1,), _neutral(kind, x.dtype), x.dtype), dest,
+                      run, axis=0)
+        return reshape(op(reshape(x, (-1,)), totals[:x.size]), x.shape)
+
     def _repeats(self):
         """(selection shape, unique flat targets, (U, m) update positions padded with -1) when
         the index is concrete and repeats a position; else None."""

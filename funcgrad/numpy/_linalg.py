@@ -1,17 +1,18 @@
 """Products of funcgrad.numpy: matmul, dot, outer, tensordot and einsum via dot_general."""
 from __future__ import annotations
 
+import operator
 import string
 
 import numpy as np
 
 from funcgrad import prims as P
-from funcgrad.prims import complex as PC
 from funcgrad.core import type_error
 from funcgrad.core.dtypes import dtype_kind
 from funcgrad.numpy._base import asarray, broadcast_shapes, broadcast_to, reshape, result_type
 from funcgrad.numpy._shape import transpose
 from funcgrad.numpy._ufuncs import sum
+from funcgrad.prims import complex as PC
 
 
 def _promote2(op, a, b):
@@ -193,23 +194,72 @@ def _contract(x, sx, y, sy, keep, precision=None):
     return out, s_out
 
 
+_SUBLIST_LABELS = string.ascii_lowercase + string.ascii_uppercase
+
+
+def _from_sublists(args):
+    """numpy's sublist form (op0, [0, 1], op1, [1, 2], [0, 2]) as (subscripts, operands)."""
+    out = args[-1] if len(args) % 2 else None
+    args = args[:-1] if len(args) % 2 else args
+    operands, lists = list(args[0::2]), list(args[1::2])
+
+    def term(labels):
+        text = ""
+        for lab in labels:
+            if lab is Ellipsis:
+                text += "..."
+                continue
+            try:
+                text += _SUBLIST_LABELS[operator.index(lab)]
+            except (TypeError, IndexError):
+                raise ValueError(f"einsum: a sublist label must be an int in [0, 52) or "
+                                 f"Ellipsis, got {lab!r}") from None
+        return text
+
+    subscripts = ",".join(term(t) for t in lists)
+    return (subscripts if out is None else subscripts + "->" + term(out)), operands
+
+
+def _diagonals(o, s):
+    """An operand whose term repeats a label ('ii', 'iji'), reduced to its diagonal along the
+    repeated axes (numpy's rule), and the term without the repeats."""
+    from funcgrad.numpy._index_tricks import diagonal
+    while len(set(s)) != len(s):
+        c = next(ch for ch in s if s.count(ch) > 1)
+        p = s.index(c)
+        q = s.index(c, p + 1)
+        if o.shape[p] != o.shape[q]:
+            raise ValueError(f"einsum: label {c!r} repeated in one operand names axes of "
+                             f"sizes {o.shape[p]} and {o.shape[q]} (operand shape {o.shape})")
+        o = diagonal(o, 0, p, q)   # the diagonal becomes the last axis
+        s = s[:p] + s[p + 1:q] + s[q + 1:] + c
+    return o, s
+
+
 def einsum(subscripts, *operands, optimize=None, precision=None):
     """numpy.einsum: any number of operands, contracted pairwise left to right with
-    dot_general; '...' broadcasts. Repeated labels within one operand (diagonals) are not
-    supported.
+    dot_general; '...' broadcasts; a label repeated within one operand takes its diagonal
+    (``"ii"`` is the trace); numpy's sublist form ``einsum(a, [0, 1], b, [1, 2])`` works too.
 
     Example:
         >>> import funcgrad.numpy as fnp
         >>> fnp.einsum("ij,jk->ik", fnp.ones((2, 3)), fnp.ones((3, 4))).shape
         (2, 4)
+        >>> float(fnp.einsum("ii", fnp.eye(3)))
+        3.0
+        >>> fnp.einsum(fnp.ones((2, 3)), [0, 1], fnp.ones(3), [1]).tolist()
+        [3.0, 3.0]
     """
+    if not isinstance(subscripts, str):
+        subscripts, operands = _from_sublists((subscripts, *operands))
     dt = result_type(*operands)
     ops = [asarray(o, dt) for o in operands]
     terms, out = _parse(subscripts, ops)
-    for s in terms:
+    if len(set(out)) != len(out):
+        raise ValueError(f"einsum: output subscripts {out!r} repeat a label")
+    for k, s in enumerate(terms):
         if len(set(s)) != len(s):
-            raise NotImplementedError(f"einsum: repeated label within one operand ({s!r}); "
-                                      "take the diagonal explicitly")
+            ops[k], terms[k] = _diagonals(ops[k], s)
     sizes = {}
     for s, o in zip(terms, ops):
         for c, n in zip(s, o.shape):

@@ -14,11 +14,11 @@ from funcgrad.numpy._base import (
     arange,
     asarray,
     full,
-    linspace,
     reshape,
     result_type,
     zeros,
 )
+from funcgrad.numpy._jax_forms import linspace
 from funcgrad.numpy._shape import concatenate, flip, pad, ravel, take
 from funcgrad.numpy._ufuncs import _float_dtype, clip, cos, power, where
 
