@@ -5,7 +5,7 @@ on the CPU a small one (d 128, 2 layers, context 64) is used. `--model gpt2-smal
 GPT-2 small (124M parameters: d 768, 12 layers, 12 heads, context 1024, batch 8) on the same
 bytes: its vocabulary is GPT-2's 50,304 rows (50,257 padded to a multiple of 64), of which the
 bytes use ids 0-255, so the shapes (and the LM head's cost) are GPT-2 small's; `--vocab 256`
-drops the padding (85M parameters). AdamW with a warmup-cosine schedule and global-norm
+drops the padding (86M parameters). AdamW with a warmup-cosine schedule and global-norm
 clipping, periodic validation loss and tokens/s, checkpoint save/resume, and sampling with a
 jitted KV-cache decode step.
 
