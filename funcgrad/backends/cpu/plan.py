@@ -9,7 +9,7 @@ donated arguments (jit's donate_argnums) that kernels update in place.
 
 Kernels are compiled when a plan has run FUNCGRAD_CPU_FUSE_AFTER times (default 2: a function
 called once or twice never waits for numba; at once when it runs a scan of LONG_LOOP steps);
-until then, and for clusters that njit cannot take (float16), elementwise equations run as
+until then, and for clusters that njit cannot take (complex), elementwise equations run as
 numpy calls. FUNCGRAD_CPU_FUSE=0 turns kernels off.
 Large products pick OpenBLAS's threads or one thread by measured time (cpu_blas); kernels
 run on one thread unless FUNCGRAD_CPU_SPLIT_WORK asks for chunks on two (cpu_parallel).
