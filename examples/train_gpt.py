@@ -248,7 +248,7 @@ def main(argv=None):
             vhistory.append((i, vl))
             msg = f"step {i + 1}: train loss {history[-1][1]:.4f}, val loss {vl:.4f}, " \
                   f"{time.perf_counter() - t0:.0f} s" + (
-                      f", {rate:,.0f} tokens/s" if rate else "")
+                      f", {_rate(rate)} tokens/s" if rate else "")
             (bar.write if tqdm else print)(msg)
             os.makedirs(os.path.dirname(args.checkpoint) or ".", exist_ok=True)
             funcgrad.io.save(args.checkpoint, {"params": params, "opt_state": opt_state,
@@ -266,7 +266,7 @@ def main(argv=None):
     print(f"trained {steps - start} steps in {elapsed:.1f} s "
           f"({1e3 * elapsed / max(steps - start, 1):.1f} ms/step)")
     if clock.total_steps:
-        print(f"tokens/s: {clock.total_tokens() / clock.total_s:,.0f} ({clock.total_steps} "
+        print(f"tokens/s: {_rate(clock.total_tokens() / clock.total_s)} ({clock.total_steps} "
               f"steps of {batch * cfg.ctx:,} tokens in {clock.total_s:.2f} s; the first "
               f"step, which compiles, and validation excluded)")
     if vhistory:
@@ -283,6 +283,11 @@ def main(argv=None):
     print("sample:\n" + text.decode("utf-8", errors="replace"))
     if args.data_parallel:
         funcgrad.distributed.shutdown()
+
+
+def _rate(r):
+    """tokens/s for the log: whole numbers with thousands separators, 3 digits below 100."""
+    return f"{r:,.0f}" if r >= 100 else f"{r:.3g}"
 
 
 class _TokenClock:
