@@ -1,5 +1,7 @@
 """Fused CPU kernels on float16/bfloat16 (uint16 bits in, float32 per op, rounded to nearest
 even after each op): the same bits as the numpy program, specials included."""
+import warnings
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -83,3 +85,27 @@ def kernel(bits, out_bits, xs, rb, rh):
     with np.errstate(over="ignore"):
         np.testing.assert_array_equal(rb, xs.astype(ml_dtypes.bfloat16).astype(np.float32))
         np.testing.assert_array_equal(rh, xs.astype(np.float16).astype(np.float32))
+
+
+def test_scans_with_16_bit_values_match_numpy(monkeypatch, rng):
+    """A loop body whose bfloat16 values stay inside one kernel (a driver runs the loop) and a
+    bfloat16 carry (the body runs as a program): the numpy program's bits, no fallback."""
+    from funcgrad import lax
+
+    def inner(c, x):
+        c = (c.astype(fnp.bfloat16) * 1.37 + x.astype(fnp.bfloat16)).astype(fnp.float32)
+        return c, c * 2.0
+
+    def carry(c, x):
+        return c * 0.9 + x, c
+    x = rng.standard_normal((20, 4)).astype(np.float32)
+    monkeypatch.setenv("FUNCGRAD_CPU_FUSE_AFTER", "0")
+    for body, xs, c0 in ((inner, x, fnp.zeros(4, fnp.float32)),
+                         (carry, x.astype(BF16), fnp.zeros(4, fnp.bfloat16))):
+        want = lax.scan(body, c0, fnp.asarray(xs))
+        f = jit(lambda xs, body=body, c0=c0: lax.scan(body, c0, xs))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")   # a kernel that fails to compile warns
+            got = f(xs)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(_bits(g), _bits(w))

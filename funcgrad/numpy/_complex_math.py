@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from funcgrad import prims as P
 from funcgrad.prims import complex as PC
 from funcgrad.core.dtypes import dtype_kind, finfo

@@ -10,7 +10,6 @@ from typing import NamedTuple
 import numpy as np
 
 from funcgrad.core import ArrayBase, Tracer
-from funcgrad.core.dtypes import dtype_kind
 from funcgrad.numpy._base import asarray, canonical_dtype
 from funcgrad.numpy._linalg import matmul as _matmul
 from funcgrad.numpy._linalg import tensordot as _tensordot

@@ -131,6 +131,7 @@ class _Source:
         self.params = []   # (name, spec): how Driver.__call__ makes each argument
         self.functions = {}   # kernel function source -> its name in the module
         self.helpers = set()
+        self.halves = set()   # 16-bit float formats inside kernels (their values stay inside)
         self.ref = {}   # var -> (name, "arr" | "arr0" | "scalar")
         self.bufs = set()   # the names of the buffers kernels write
         self.carry = []   # the carry names (an error returns them with its site)
@@ -174,6 +175,7 @@ class _Source:
             if fn is None:
                 fn = self.functions[fs.function] = f"kernel{len(self.functions)}"
                 self.helpers |= fs.helpers
+                self.halves |= fs.halves
             ins = [self.read(x) for x in fs.inputs]
             outs = [self.param(("buf", o.aval), "b", o) for o in s.cluster.outputs]
             self.bufs.update(outs)
@@ -317,7 +319,8 @@ class _Source:
     def module(self, head, lines) -> str:
         fns = "".join(f.replace("def kernel(", f"def {n}(", 1) for f, n in self.functions.items())
         args = ", ".join(head + [n for n, _ in self.params])
-        return (cpu_ops.helper_source(self.helpers) + fns + f"\n@njit({_OPTS})\n"
+        return (cpu_ops.half_helpers(self.halves) + cpu_ops.helper_source(self.helpers) + fns
+                + f"\n@njit({_OPTS})\n"
                 f"def driver({args}):\n" + "".join(ln + "\n" for ln in lines))
 
 
