@@ -11,9 +11,9 @@ import numpy as np
 
 from funcgrad import core
 from funcgrad.compile import tree_fast
-from funcgrad.compile.passes import optimize, peak_bytes
 from funcgrad.config import config
 from funcgrad.core import Array, ClosedExpr, Tracer, aval_of, eval_expr, trace_to_expr
+from funcgrad.compile.passes import optimize, peak_bytes
 from funcgrad.tree_util import keystr, tree_flatten, tree_flatten_with_path, tree_unflatten
 
 log = logging.getLogger("funcgrad.jit")
@@ -51,31 +51,6 @@ def clear_caches():
     disk)."""
     for f in list(_jitted):
         f.clear_cache()
-
-
-# JAX keys its trace cache by the function and jit's options: jit(f) called twice gives two
-# wrappers with one cache (a global read while tracing keeps the value it had at the first
-# trace). fun -> {options: (signature -> Lowered, stats)}; an entry goes with its function.
-_SHARED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _new_stats() -> dict:
-    return {"traces": 0, "compiles": 0, "calls": 0}
-
-
-def _shared_cache(fun, options: tuple) -> tuple[dict, dict]:
-    """(signature -> Lowered, stats) that every jit of `fun` with these options shares (a
-    wrapper of its own for a callable that cannot be weakly referenced or hashed)."""
-    try:
-        per_fun = _SHARED.get(fun)
-        if per_fun is None:
-            per_fun = _SHARED[fun] = {}
-    except TypeError:
-        return {}, _new_stats()
-    state = per_fun.get(options)
-    if state is None:
-        state = per_fun[options] = ({}, _new_stats())
-    return state
 
 
 def _as_tuple(x) -> tuple:
@@ -194,10 +169,7 @@ def jit(fun: Callable | None = None, static_argnums=(), static_argnames=(),
     compiles the function it is given with these options.
 
     The signature is the arguments' pytree structure, shapes and dtypes, the values of static
-    arguments, and the device. The traces belong to `fun`, as in JAX: `jit(fun)` called again
-    (with the same static_argnums / static_argnames / donate_argnums) shares them, so a global
-    that `fun` reads is the value it had when the signature was first traced. Inside another
-    transformation (grad, vmap, an outer jit) the
+    arguments, and the device. Inside another transformation (grad, vmap, an outer jit) the
     traced expression is inlined instead (custom rules and checkpoints kept). Passes:
     dead-code elimination, common subexpression elimination, constant folding and trivial
     algebra (x*1, x+0, no-op reshapes/broadcasts/casts). On "cuda" the plan is fused kernels
@@ -237,7 +209,8 @@ def jit(fun: Callable | None = None, static_argnums=(), static_argnames=(),
     static, static_names, named = _static_positions(fun, _as_tuple(static_argnums),
                                                     _as_tuple(static_argnames))
     donate = _as_tuple(donate_argnums)
-    cache, stats = _shared_cache(fun, (static, static_names, donate))
+    cache: dict[_Signature, Lowered] = {}
+    stats = {"traces": 0, "compiles": 0, "calls": 0}
     name = getattr(fun, "__name__", "fun")
 
     def _split(args, kwargs):
