@@ -1,4 +1,5 @@
 """The simulator's stand-ins for the bf16 attention kernels' intrinsics (attention_bf.py)."""
+from funcgrad.cuda.attention_tc_sim import VEC_SIM
 
 SIM_SOURCE = """
 import numpy as np
@@ -22,18 +23,6 @@ def pack_bf16(lo, hi):
     return uint32(_bits(lo) | (_bits(hi) << 16))
 
 
-@cuda.jit(device=True)
-def ldv4(x, i):
-    return x[i], x[i + uint64(1)], x[i + uint64(2)], x[i + uint64(3)]
-
-
-@cuda.jit(device=True)
-def st4(x, i, a, b, c, d):
-    x[i] = a
-    x[i + uint64(1)] = b
-    x[i + uint64(2)] = c
-    x[i + uint64(3)] = d
-
 
 @cuda.jit(device=True)
 def mma_bf16(scr, lane, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
@@ -56,3 +45,4 @@ def mma_bf16(scr, lane, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
     cuda.syncthreads()
     return float32(d0), float32(d1), float32(d2), float32(d3)
 """
+SIM_SOURCE += VEC_SIM

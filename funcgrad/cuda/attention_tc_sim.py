@@ -28,6 +28,18 @@ def mma_tf32(scr, lane, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
     return float32(d0), float32(d1), float32(d2), float32(d3)
 
 
+
+@cuda.jit(device=True)
+def tf32(x):
+    b = int(np.array(x, np.float32).view(np.uint32))
+    if (b & 0x7F800000) != 0x7F800000:
+        b = (b + 0x1000) & 0xFFFFE000
+    return float32(np.array(b, np.uint32).view(np.float32))
+"""
+
+# the vector loads and stores as four scalar accesses (both tensor-core kernel families')
+VEC_SIM = '''
+
 @cuda.jit(device=True)
 def ldv4(x, i):
     return x[i], x[i + uint64(1)], x[i + uint64(2)], x[i + uint64(3)]
@@ -39,12 +51,5 @@ def st4(x, i, a, b, c, d):
     x[i + uint64(1)] = b
     x[i + uint64(2)] = c
     x[i + uint64(3)] = d
-
-
-@cuda.jit(device=True)
-def tf32(x):
-    b = int(np.array(x, np.float32).view(np.uint32))
-    if (b & 0x7F800000) != 0x7F800000:
-        b = (b + 0x1000) & 0xFFFFE000
-    return float32(np.array(b, np.uint32).view(np.float32))
-"""
+'''
+SIM_SOURCE += VEC_SIM

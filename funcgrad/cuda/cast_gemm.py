@@ -21,7 +21,7 @@ import numpy as np
 from funcgrad import prims as P
 from funcgrad.core import ShapedArray, Var
 from funcgrad.cuda import matmul
-from funcgrad.cuda.epilogue import _readers
+from funcgrad.cuda.epilogue import _readers, fuse_into_reader
 
 ENABLED = os.environ.get("FUNCGRAD_CAST_GEMM", "1") != "0"
 HALF = ("bfloat16", "float16")
@@ -128,22 +128,10 @@ def _fuse_wide(steps: list, expr) -> list:
 
 
 def _fuse_cast(steps: list, expr) -> list:
-    readers = _readers(steps)
-    outs = {o for o in expr.outs if isinstance(o, Var)}
-    drop, put = set(), {}
-    for i, (kind, s) in enumerate(steps):
-        if (kind != "eqn" or s.prim is not P.dot_general_p or s.out in outs
-                or s.out.aval.dtype.name not in HALF
+    def make(s, cluster):
+        if (s.out.aval.dtype.name not in HALF
                 or any(x.aval.dtype != s.out.aval.dtype for x in s.inputs)):
-            continue
-        rd = readers.get(s.out, set())
-        if len(rd) != 1:
-            continue
-        j = next(iter(rd))
-        if steps[j][0] != "fused" or j in put:
-            continue
-        conv = _widening(steps[j][1], s.out)
-        if conv is not None:
-            drop.add(i)
-            put[j] = ("rows", CastGemm(s, conv))
-    return [put.get(i, st) for i, st in enumerate(steps) if i not in drop]
+            return None
+        conv = _widening(cluster, s.out)
+        return None if conv is None else ("rows", CastGemm(s, conv))
+    return fuse_into_reader(steps, expr, make)

@@ -167,7 +167,10 @@ def _fuse_grads(steps: list) -> list:
     return [put.get(i, st) for i, st in enumerate(steps) if i not in drop]
 
 
-def _fuse_bias(steps: list, expr) -> list:
+def fuse_into_reader(steps: list, expr, make) -> list:
+    """steps with each dot_general that is no result and whose only reader is a fused cluster,
+    for which make(gemm eqn, cluster) gives a step, dropped and that step at the cluster's
+    place (make returns None to leave the pair as it is)."""
     readers = _readers(steps)
     outs = {o for o in expr.outs if isinstance(o, Var)}
     drop, put = set(), {}
@@ -180,11 +183,18 @@ def _fuse_bias(steps: list, expr) -> list:
         j = next(iter(rd))
         if steps[j][0] != "fused" or j in put:
             continue
-        m = match(s, steps[j][1])
-        if m is not None:
+        step = make(s, steps[j][1])
+        if step is not None:
             drop.add(i)
-            put[j] = ("gemm", BiasGemm(s, steps[j][1], *m))
+            put[j] = step
     return [put.get(i, st) for i, st in enumerate(steps) if i not in drop]
+
+
+def _fuse_bias(steps: list, expr) -> list:
+    def make(s, cluster):
+        m = match(s, cluster)
+        return None if m is None else ("gemm", BiasGemm(s, cluster, *m))
+    return fuse_into_reader(steps, expr, make)
 
 
 def run(g, env: dict, read, kernels: dict):
