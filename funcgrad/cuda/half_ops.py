@@ -7,7 +7,7 @@ atomics), dot_general (cuBLAS bf16 with fp32 accumulation), the fused row primit
 backward, flash attention (mma.sync bf16 tensor cores), dynamic slices and loops. Every
 other primitive given bfloat16 operands runs on float32 copies and rounds its results back to
 bfloat16, as XLA's bfloat16 normalization does for ops without a bf16 kernel (`WIDENED`:
-argsort, convolutions and windows, linalg, attention's fused forward-with-logsumexp); their
+argsort, convolutions and windows, linalg, attention_delta); their
 products at the default precision take TF32, exact on bfloat16 values. The float8 types (`STORAGE_ONLY_DTYPES`)
 move only: views, layout kernels, gathers and dynamic slices take them as bytes; any other
 primitive raises TypeError naming the primitive, the dtype and the user's line.
@@ -31,9 +31,11 @@ NATIVE = MOVES | frozenset({
     "argmax", "argmin", "scatter_add", "dot_general", "softmax", "log_softmax", "softmax_xent",
     "layer_norm", "rms_norm", "softmax_bwd", "log_softmax_bwd", "softmax_xent_bwd",
     "layer_norm_bwd", "rms_norm_bwd",
-    # bfloat16 flash attention on tensor cores (attention_bfl.py); attention_fwdl and
-    # attention_delta (the TF32 path's fused forward-with-logsumexp) stay widened
-    "attention", "attention_stats", "attention_dq", "attention_dkv", "attention_bwd"})
+    # bfloat16 flash attention on cuDNN or tensor cores (cudnn_attn.py, attention_bfl.py);
+    # attention_fwdl / attention_bwdl carry the float32 lse's bits (attention_saved.py);
+    # attention_delta (the float32 path's statistics) stays widened
+    "attention", "attention_stats", "attention_dq", "attention_dkv", "attention_bwd",
+    "attention_fwdl", "attention_bwdl"})
 _STORAGE = frozenset(STORAGE_ONLY_DTYPES)
 WIDENED: set = set()   # names of the primitives that ran widened in this process (tests)
 

@@ -220,6 +220,10 @@ from funcgrad.cuda import attention as _attention  # noqa: E402
 
 CUDA.update(_attention.LOWERINGS)
 
+from funcgrad.cuda import attention_saved as _attention_saved  # noqa: E402
+
+CUDA.update(_attention_saved.LOWERINGS)   # attention_fwdl (all dtypes) and attention_bwdl
+
 
 # convolutions and windows (funcgrad/prims/conv.py, funcgrad/prims/windows.py) ------------------
 

@@ -74,8 +74,11 @@ class Plan:
     """Executable for one optimized expression on the "cuda" device."""
 
     def __init__(self, backend, expr, consts, donate=()):
-        from funcgrad.compile.rewrites import dot_transpose
+        from funcgrad.compile.rewrites import attention_lse, dot_transpose
+        from funcgrad.cuda import cudnn_attn
         expr = dot_transpose.rewrite(expr, consts)[0]   # (x . y)^T made as y . x
+        # 16-bit training attention as cuDNN's pair: the backward reads the forward's o and lse
+        expr = attention_lse.rewrite_saved(expr, consts, cudnn_attn.supports)[0]
         self.backend, self.expr, self.donate = backend, expr, tuple(donate)
         self.consts = [c.buf if isinstance(c, Array) and c.device == "cuda"
                        else backend.from_numpy(np.asarray(c)) for c in consts]
