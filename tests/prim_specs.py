@@ -629,13 +629,20 @@ def _make_attention_lse(kind):
         (q, k, v), params = _make_attention("attention")(rng, shape, dtype, for_grad)
         if kind == "attention_fwdl":
             return [q, k, v], params
+        if kind == "attention_bwdl":   # S == T and H == Hv here, so the packed layout too
+            b, t, _, h = q.shape
+            k, v = rand(rng, (b, t, 1, h), dtype), rand(rng, (b, t, 1, h), dtype)
+            fl = AL._fwdl_impl(q, k, v, **params)
+            return ([q, k, v, rand(rng, q.shape, dtype), fl],
+                    dict(params, packed=bool(rng.integers(0, 2))))
         o = A._attn_impl(q, k, v, **params)
         lse = AL._lse_impl(q, k, params["scale"], params["causal"]).astype(dtype)
         return [o, rand(rng, o.shape, dtype), lse], {}
     return make
 
 
-for _name, _diff in [("attention_fwdl", (0, 1, 2)), ("attention_delta", (0, 1, 2))]:
+for _name, _diff in [("attention_fwdl", (0, 1, 2)), ("attention_delta", (0, 1, 2)),
+                     ("attention_bwdl", (0, 1, 2, 3, 4))]:
     SPECS[_name] = PrimSpec(_name, _make_attention_lse(_name), dtypes=(F32, F64),
                             diff_argnums=_diff, min_ndim=3,
                             supports_shape=lambda s: len(s) == 3,

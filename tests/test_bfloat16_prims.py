@@ -17,7 +17,7 @@ BF16, F64 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float64)
 REJECTED = {"cholesky", "eigh", "lu", "qr", "svd", "triangular_solve", "complex"}
 # attention's internal backward pieces take float32 statistics made by attention_fwdl: they
 # run inside attention's own rules, which test_bfloat16_ops checks end to end
-INTERNAL = {"attention_bwd", "attention_delta", "attention_dkv", "attention_dq",
+INTERNAL = {"attention_bwd", "attention_bwdl", "attention_delta", "attention_dkv", "attention_dq",
             "attention_fwdl", "attention_stats"}
 NAMES = sorted(n for n, s in SPECS.items() if F64 in s.dtypes and n not in INTERNAL)
 

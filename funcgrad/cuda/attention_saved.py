@@ -1,5 +1,6 @@
-"""CUDA lowerings of attention_fwdl and attention_bwdl (funcgrad/prims/attention_lse.py): the
-forward that keeps its logsumexp and the backward that reads it with the forward's output.
+"""CUDA lowerings of attention_fwdl and attention_bwdl (funcgrad/prims/attention_lse.py and
+attention_bwd.py): the forward that keeps its logsumexp and the backward that reads it with the
+forward's output.
 
 float32 / float64: the numba kernels of attention.py (the forward writes its lse; the
 statistics are attention_delta's read of o and do). float16 / bfloat16: cuDNN's fused SDPA
@@ -96,12 +97,12 @@ def _f32_views(fl, q, v):
 
 
 def _lowerings():
+    from funcgrad.prims import attention_bwd as AB
     from funcgrad.prims import attention_lse as AL
-
     return {
         AL.attention_fwdl_p: lambda bufs, params, aval: fwdl(
             *bufs, params["scale"], params["causal"], aval, params.get("precision")),
-        AL.attention_bwdl_p: lambda bufs, params, aval: bwdl(
+        AB.attention_bwdl_p: lambda bufs, params, aval: bwdl(
             *bufs, params["scale"], params["causal"], aval, params.get("precision"),
             params.get("packed", False)),
     }

@@ -16,14 +16,20 @@ stay separate). When q, k and v are heads split from one fused projection (a GPT
 `split(qkv, 3, axis=2)`), the backward of the split concatenates dq, dk and dv along the heads;
 a second rewrite (`pack`) gives the primitive the packed layout instead, so the kernels store
 that array and the concatenate (a copy of the whole qkv gradient) goes.
+
+  attention_bwdl(q, k, v, do, fl)   -> attention_bwd's result, with attention_fwdl's flat o and
+                                       logsumexp `fl` in place of the statistics (cuDNN's SDPA
+                                       backward reads them: funcgrad/prims/attention_lse.py)
 """
 from __future__ import annotations
 
 import numpy as np
 
 from funcgrad.prims import attention as A
+from funcgrad import prims as P
+from funcgrad.prims import attention_lse as AL
 from funcgrad.prims.attention_lse import flat_batch
-from funcgrad.core import ShapedArray, defprim, type_error
+from funcgrad.core import ShapedArray, bind, defprim, type_error
 
 
 def _bwd_shape(q, k, v, do, stats, *, scale, causal, precision=None, packed=False):
@@ -80,3 +86,67 @@ _self: list = []
 attention_bwd_p = defprim("attention_bwd", _bwd_shape, _bwd_impl, A._ref_vjp(_ref_bwd),
                           A._ref_jvp(_ref_bwd), batch=flat_batch(_self, _bwd_pieces))
 _self.append(attention_bwd_p)
+
+
+# ---------------------------------------------------------------------------------------------
+# attention_bwdl(q, k, v, do, fl) -> attention_bwd's flat result, from attention_fwdl's o, lse
+# ---------------------------------------------------------------------------------------------
+
+
+def _bwdl_shape(q, k, v, do, fl, *, scale, causal, precision=None, packed=False):
+    want = AL._fwdl_shape(q, k, v, scale=scale, causal=causal)
+    if fl.shape != want.shape or fl.dtype != want.dtype:
+        raise type_error("attention_bwdl", f"fl must be attention_fwdl's result "
+                         f"{want.dtype.name}{list(want.shape)}", (q, k, v, do, fl))
+    b, t, n, _ = q.shape
+    stats = ShapedArray((b, n, t, 2), A._stats_dtype(q.dtype))
+    return _bwd_shape(q, k, v, do, stats, scale=scale, causal=causal, packed=packed)
+
+
+def _bwdl_impl(q, k, v, do, fl, *, scale, causal, precision=None, packed=False):
+    o, lse = AL.split_saved(np.ascontiguousarray(fl), q, v)
+    stats = AL._delta_impl(A._acc(o), A._acc(do), lse)
+    return _bwd_impl(q, k, v, do, stats, scale=scale, causal=causal, packed=packed)
+
+
+def _ref_bwdl(q, k, v, do, fl, *, scale, causal, precision=None, packed=False):
+    from funcgrad import numpy as fnp
+    b, t, n, _ = q.shape
+    n_o, st = b * t * n * v.shape[3], A._stats_dtype(q.dtype)
+    o = fnp.reshape(AL._piece(fl, 0, n_o), (b, t, n, v.shape[3]))
+    if AL.lse_slots(q.dtype) > 1:
+        # 16-bit: the saved lse is the float32 logsumexp of (q, k)'s logits, recomputed here
+        # (its bits have no derivative; through q and k it has one)
+        lse = A._ref_stats(q, k, o, do, scale=scale, causal=causal)[..., 0]
+    else:
+        lse = fnp.reshape(AL._piece(fl, n_o, fl.shape[0]), (b, n, t))
+    delta = fnp.transpose(fnp.sum(o.astype(st) * do.astype(st), axis=-1), (0, 2, 1))
+    stats = fnp.stack([lse.astype(st), delta], axis=-1)
+    return _ref_bwd(q, k, v, do, stats, scale=scale, causal=causal, packed=packed)
+
+
+def _bwdl_pieces(avals, params):
+    q, k, v, do, _ = avals
+    return _bwd_pieces((q, k, v, do, None), params)
+
+
+def _bwdl_batch(args, dims, **params):
+    """vmap: as flat_batch, with fl re-laid as the merged batch's attention_fwdl result (every
+    row's o, then every row's lse)."""
+    size = P._batch_size(args, dims)
+    args = [P._bcast_batched(a, d, size) for a, d in zip(args, dims)]
+    q, v, fl = args[0], args[2], args[4]
+    n_o = q.shape[1] * q.shape[2] * q.shape[3] * v.shape[4]
+    o = P.reshape(bind(P.slice_p, fl, start_indices=(0, 0), limit_indices=(size, n_o),
+                       strides=(1, 1)), (size * n_o,))
+    lse = P.reshape(bind(P.slice_p, fl, start_indices=(0, n_o),
+                         limit_indices=(size, fl.shape[1]), strides=(1, 1)),
+                    (size * (fl.shape[1] - n_o),))
+    args[4] = P.reshape(bind(P.concatenate_p, o, lse, dimension=0), (size, fl.shape[1]))
+    return AL.flat_batch(_bwdl_self, _bwdl_pieces)(args, (0,) * len(args), **params)
+
+
+_bwdl_self: list = []
+attention_bwdl_p = defprim("attention_bwdl", _bwdl_shape, _bwdl_impl, A._ref_vjp(_ref_bwdl),
+                           A._ref_jvp(_ref_bwdl), batch=_bwdl_batch)
+_bwdl_self.append(attention_bwdl_p)

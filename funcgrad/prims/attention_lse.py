@@ -17,10 +17,11 @@ then holds each row's float32 lse as two 16-bit elements (its bits, little-endia
 
   attention_bwdl(q, k, v, do, fl) -> attention_bwd's flat result (dq, then dk | dv; or packed)
 
-reads o and the lse from that flat result `fl`: the backward of cuDNN's fused SDPA, which
-takes the forward's output and logsumexp (funcgrad/cuda/cudnn_attn.py). The CUDA plan's
-rewrite (funcgrad/compile/rewrites/attention_lse.py, `rewrite_saved`) makes this pair where
-cuDNN takes the geometry; the impls below are its numpy spec, for every float dtype.
+(funcgrad/prims/attention_bwd.py) reads o and the lse from that flat result `fl`: the backward
+of cuDNN's fused SDPA, which takes the forward's output and logsumexp
+(funcgrad/cuda/cudnn_attn.py). The CUDA plan's rewrite (`rewrite_saved` in
+funcgrad/compile/rewrites/attention_lse.py) makes this pair where cuDNN takes the geometry;
+the impls are its numpy spec, for every float dtype.
 """
 from __future__ import annotations
 
@@ -66,11 +67,14 @@ def _fwdl_impl(q, k, v, *, scale, causal, precision=None):
 
 def _ref_fwdl(q, k, v, *, scale, causal, precision=None):
     from funcgrad import numpy as fnp
-    from funcgrad.lax.bits import bitcast_convert_type
     o = A._ref_attention(q, k, v, scale=scale, causal=causal)
-    lse = A._ref_stats(q, k, o, o, scale=scale, causal=causal)[..., 0]
-    if lse_slots(q.dtype) > 1:   # the bits carry no gradient (as lax.bitcast_convert_type)
-        lse = bitcast_convert_type(lse, q.dtype)
+    b, t, n, _ = q.shape
+    if lse_slots(q.dtype) > 1:
+        # the lse's bits have no derivative (as lax.bitcast_convert_type's): the rules read
+        # only this reference's tangents and cotangents, so zeros stand in for them
+        lse = fnp.zeros((2 * b * n * t,), q.dtype)
+    else:
+        lse = A._ref_stats(q, k, o, o, scale=scale, causal=causal)[..., 0]
     return fnp.concatenate([fnp.reshape(o, (-1,)), fnp.reshape(lse, (-1,))])
 
 
@@ -138,19 +142,8 @@ attention_delta_p = defprim("attention_delta", _delta_shape, _delta_impl,
 _delta_self.append(attention_delta_p)
 
 # ---------------------------------------------------------------------------------------------
-# attention_bwdl(q, k, v, do, fl) -> attention_bwd's flat result, from attention_fwdl's o, lse
+# attention_fwdl's flat result read back (attention_bwdl's operand: prims/attention_bwd.py)
 # ---------------------------------------------------------------------------------------------
-
-
-def _bwdl_shape(q, k, v, do, fl, *, scale, causal, precision=None, packed=False):
-    from funcgrad.prims.attention_bwd import _bwd_shape
-    want = _fwdl_shape(q, k, v, scale=scale, causal=causal)
-    if fl.shape != want.shape or fl.dtype != want.dtype:
-        raise type_error("attention_bwdl", f"fl must be attention_fwdl's result "
-                         f"{want.dtype.name}{list(want.shape)}", (q, k, v, do, fl))
-    b, t, n, _ = q.shape
-    stats = ShapedArray((b, n, t, 2), A._stats_dtype(q.dtype))
-    return _bwd_shape(q, k, v, do, stats, scale=scale, causal=causal, packed=packed)
 
 
 def split_saved(fl, q, v):
@@ -164,55 +157,4 @@ def split_saved(fl, q, v):
     return fl[:n_o].reshape(b, t, n, v.shape[3]), lse.reshape(b, n, t)
 
 
-def _bwdl_impl(q, k, v, do, fl, *, scale, causal, precision=None, packed=False):
-    from funcgrad.prims.attention_bwd import _bwd_impl
-    o, lse = split_saved(np.ascontiguousarray(fl), q, v)
-    stats = _delta_impl(A._acc(o), A._acc(do), lse)
-    return _bwd_impl(q, k, v, do, stats, scale=scale, causal=causal, packed=packed)
-
-
-def _ref_bwdl(q, k, v, do, fl, *, scale, causal, precision=None, packed=False):
-    from funcgrad import numpy as fnp
-    from funcgrad.lax.bits import bitcast_convert_type
-    from funcgrad.prims.attention_bwd import _ref_bwd
-    b, t, n, _ = q.shape
-    n_o, st = b * t * n * v.shape[3], A._stats_dtype(q.dtype)
-    o = fnp.reshape(_piece(fl, 0, n_o), (b, t, n, v.shape[3]))
-    tail = _piece(fl, n_o, fl.shape[0])
-    if lse_slots(q.dtype) > 1:
-        lse = bitcast_convert_type(fnp.reshape(tail, (b * n * t, 2)), st)
-    else:
-        lse = tail
-    delta = fnp.transpose(fnp.sum(o.astype(st) * do.astype(st), axis=-1), (0, 2, 1))
-    stats = fnp.stack([fnp.reshape(lse, (b, n, t)).astype(st), delta], axis=-1)
-    return _ref_bwd(q, k, v, do, stats, scale=scale, causal=causal, packed=packed)
-
-
-def _bwdl_pieces(avals, params):
-    from funcgrad.prims.attention_bwd import _bwd_pieces
-    q, k, v, do, _ = avals
-    return _bwd_pieces((q, k, v, do, None), params)
-
-
-def _bwdl_batch(args, dims, **params):
-    """vmap: as flat_batch, with fl re-laid as the merged batch's attention_fwdl result (every
-    row's o, then every row's lse)."""
-    size = P._batch_size(args, dims)
-    args = [P._bcast_batched(a, d, size) for a, d in zip(args, dims)]
-    q, v, fl = args[0], args[2], args[4]
-    n_o = q.shape[1] * q.shape[2] * q.shape[3] * v.shape[4]
-    o = P.reshape(bind(P.slice_p, fl, start_indices=(0, 0), limit_indices=(size, n_o),
-                       strides=(1, 1)), (size * n_o,))
-    lse = P.reshape(bind(P.slice_p, fl, start_indices=(0, n_o),
-                         limit_indices=(size, fl.shape[1]), strides=(1, 1)),
-                    (size * (fl.shape[1] - n_o),))
-    args[4] = P.reshape(bind(P.concatenate_p, o, lse, dimension=0), (size, fl.shape[1]))
-    return flat_batch(_bwdl_self, _bwdl_pieces)(args, (0,) * len(args), **params)
-
-
-_bwdl_self: list = []
-attention_bwdl_p = defprim("attention_bwdl", _bwdl_shape, _bwdl_impl, A._ref_vjp(_ref_bwdl),
-                           A._ref_jvp(_ref_bwdl), batch=_bwdl_batch)
-_bwdl_self.append(attention_bwdl_p)
-
-LSE_PRIMITIVES = (attention_fwdl_p, attention_delta_p, attention_bwdl_p)
+LSE_PRIMITIVES = (attention_fwdl_p, attention_delta_p)

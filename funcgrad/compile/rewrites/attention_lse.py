@@ -102,8 +102,7 @@ def rewrite_saved(expr: Expr, consts: list, supported) -> tuple[Expr, list]:
     operands: `supported(q, k, v, params)` on their avals). An attention_bwd keeps its params
     (packed too); attention_dq / attention_dkv become views of one unpacked attention_bwdl.
     """
-    from funcgrad.prims.attention_bwd import _bwd_shape, attention_bwd_p
-    from funcgrad.prims.attention_lse import attention_bwdl_p
+    from funcgrad.prims.attention_bwd import _bwd_shape, attention_bwd_p, attention_bwdl_p
     from funcgrad.compile.rewrites.attention_bwd import _view
     found = _saved_pairs(expr, supported)
     if not found:
