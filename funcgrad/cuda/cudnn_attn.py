@@ -129,13 +129,17 @@ def _dims(x):
 
 
 def _aligned(*bufs) -> bool:
-    """cuDNN wants 16-byte aligned pointers, unit last strides and 8-element-aligned others."""
+    """cuDNN wants 16-byte aligned pointers, unit last strides and 8-element-aligned others.
+    Decided from offsets and strides alone (blocks start 256-byte aligned: the pool's and the
+    memory plan's), so a plan's dry run, whose addresses are not yet the arena's, and its
+    capture choose alike."""
     for x in bufs:
-        if x.strides[3] != 1 and x.shape[3] > 1:
+        if x.strides[-1] != 1 and x.shape[-1] > 1:
             return False
-        if any(s % 8 for n, s in zip(x.shape[:3], x.strides[:3]) if n > 1):
+        if any(s * x.dtype.itemsize % 16 for n, s in zip(x.shape[:-1], x.strides[:-1])
+               if n > 1):
             return False
-        if _ptr(x) % 16:
+        if x.offset * x.dtype.itemsize % 16:
             return False
     return True
 
@@ -204,7 +208,7 @@ def _graph(kind, dt, bufs, scale, causal):
            tuple((r, tuple(d), tuple(s)) for r, (d, s) in sorted(geo.items())))
     if key in _graphs:
         return _graphs[key]
-    if runtime.capturing():   # never build while a graph is captured: fall back
+    if runtime._stream is not None:   # a graph being captured (as cudnn.py): never build then
         return None
     try:
         got = _build(kind, dt, geo, scale, causal)
@@ -240,7 +244,7 @@ def forward(q, k, v, o, scale, causal, lse=None) -> bool:
     kind = "fwd" if lse is None else "fwd_stats"
     bufs = {"q": q, "k": k, "v": v, "o": o}
     if lse is not None:
-        if _ptr(lse) % 16:
+        if not _aligned(lse):
             return False
         bufs["stats"] = lse
     entry = _graph(kind, np.dtype(q.dtype), bufs, scale, causal)
@@ -254,7 +258,7 @@ def backward(q, k, v, o, do, lse, dq, dk, dv, scale, causal) -> bool:
     """dq, dk, dv (views written through their strides) of attention(q, k, v) from its output
     o, the output's cotangent do and the forward's float32 logsumexp lse [B, N, T]; False,
     having launched nothing, when cuDNN cannot."""
-    if not usable(q, k, v) or not _aligned(q, k, v, o, do, dq, dk, dv) or _ptr(lse) % 16:
+    if not usable(q, k, v) or not _aligned(q, k, v, o, do, lse, dq, dk, dv):
         return False
     bufs = {"q": q, "k": k, "v": v, "o": o, "do": do, "stats": lse, "dq": dq, "dk": dk,
             "dv": dv}
