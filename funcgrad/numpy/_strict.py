@@ -70,7 +70,8 @@ STRICT: dict[str, tuple[str, ...]] = {
         "permute_dims ones_like zeros_like copy diagonal diff fill_diagonal moveaxis packbits "
         "ptp repeat reshape resize roll rollaxis swapaxes trace unpackbits apply_over_axes "
         "cross").split()},
-    **{n: ("a", "b") for n in "dot inner kron matmul outer vdot tensordot allclose isclose".split()},
+    **{n: ("a", "b") for n in
+       "dot inner kron matmul outer vdot tensordot allclose isclose".split()},
     **{n: ("a", "q") for n in "nanpercentile nanquantile percentile quantile".split()},
     **{n: ("a1", "a2") for n in "polyadd polymul polysub".split()},
     **{n: ("ar1", "ar2") for n in "setdiff1d setxor1d union1d intersect1d".split()},
