@@ -64,6 +64,7 @@ from funcgrad.api.config_states import (  # noqa: F401,E402
 )
 from funcgrad import sharding, typing  # noqa: F401,E402  (jax.sharding, jax.typing)
 from funcgrad.lax.solvers import closure_convert  # noqa: F401,E402
-from funcgrad import custom_derivatives, dtypes, errors, image, ops  # noqa: F401,E402  (jax's paths)
+from funcgrad import (  # noqa: F401,E402  (jax's paths)
+    custom_batching, custom_derivatives, dtypes, errors, image, ops)
 
 __version__ = "0.1.0"

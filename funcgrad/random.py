@@ -26,9 +26,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from funcgrad import lax
+from funcgrad import core, lax
 from funcgrad import numpy as fnp
-from funcgrad.core import ArrayBase, Tracer
+from funcgrad.core import Array, ArrayBase, Tracer
 from funcgrad.core.dtypes import dtype_kind, finfo, is_half
 
 __all__ = [
@@ -77,7 +77,10 @@ def threefry2x32(k1, k2, x1, x2):
         >>> [hex(int(w)) for w in threefry2x32(zero, zero, zero, zero)]
         ['0x6b200159', '0x99ba4efe']
     """
-    k1, k2, x1, x2 = (fnp.asarray(v, _U32) for v in (k1, k2, x1, x2))
+    words = (k1, k2, x1, x2)
+    if core.current_builder() is None and not any(isinstance(v, Tracer) for v in words):
+        return _threefry_host(*words)
+    k1, k2, x1, x2 = (fnp.asarray(v, _U32) for v in words)
     ks = (k1, k2, k1 ^ k2 ^ _KS_PARITY)
     a, b = x1 + ks[0], x2 + ks[1]
     for i in range(5):  # 5 groups of 4 rounds, a key injection after each group
@@ -87,6 +90,27 @@ def threefry2x32(k1, k2, x1, x2):
         a = a + ks[(i + 1) % 3]
         b = b + ks[(i + 2) % 3] + (i + 1)
     return a, b
+
+
+def _threefry_host(*words):
+    """threefry2x32 of concrete inputs (outside any trace) in numpy's uint32 arithmetic: the
+    same integer operations, so the same bits, as one numpy pass instead of some 80 eager
+    operations; the results go to the device of the inputs (the default one for numpy
+    inputs)."""
+    device = next((v.device for v in words if isinstance(v, Array)), None)
+    k1, k2, x1, x2 = (np.asarray(v.astype(_U32) if isinstance(v, ArrayBase) else
+                                 fnp.asarray(v, _U32)) for v in words)
+    ks = (k1, k2, k1 ^ k2 ^ np.uint32(_KS_PARITY))
+    with np.errstate(over="ignore"):   # uint32 sums wrap, as the primitives' do
+        a, b = np.broadcast_arrays(x1 + ks[0], x2 + ks[1])
+        a, b = a.copy(), b.copy()
+        for i in range(5):
+            for r in _ROTATIONS[i % 2]:
+                a += b
+                b = ((b << np.uint32(r)) | (b >> np.uint32(32 - r))) ^ a
+            a += ks[(i + 1) % 3]
+            b += ks[(i + 2) % 3] + np.uint32(i + 1)
+    return core.to_array(a, device), core.to_array(b, device)
 
 
 def threefry_2x32(keypair, count):

@@ -35,11 +35,14 @@ def mode(request, monkeypatch):
 @contextlib.contextmanager
 def numpy_loops():
     """Plans built inside run their loops through loops.run_np (the engine before)."""
+    # jit(f) shares f's plans (as JAX's cache does): clear them where the engine changes
+    funcgrad.clear_caches()
     saved = {p: cpu_steps.STEP_BUILDERS.pop(p) for p in EXEC_PRIMS}
     try:
         yield
     finally:
         cpu_steps.STEP_BUILDERS.update(saved)
+        funcgrad.clear_caches()
 
 
 def loop_recs(program):

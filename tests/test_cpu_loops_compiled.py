@@ -43,11 +43,14 @@ FUSED = {"FUNCGRAD_CPU_FUSE": "1", "FUNCGRAD_CPU_FUSE_AFTER": "0"}
 @contextlib.contextmanager
 def numpy_loops():
     """Plans built inside run their loops through loops.run_np, equation by equation."""
+    # jit(f) shares f's plans (as JAX's cache does): clear them where the engine changes
+    funcgrad.clear_caches()
     saved = {p: cpu_steps.STEP_BUILDERS.pop(p) for p in EXEC_PRIMS}
     try:
         yield
     finally:
         cpu_steps.STEP_BUILDERS.update(saved)
+        funcgrad.clear_caches()
 
 
 def loops_of(program, exact=True):

@@ -604,7 +604,7 @@ def test_take(axis):
     a = rnd(rng, (4, 5))
     n = a.size if axis is None else a.shape[axis]
     for idx in (np.array([0, n - 1, -1, 2]), np.array([[1, 0], [-n, 2]]), 3, np.zeros(0, int),
-                [1, 1, 1]):
+                np.array([1, 1, 1])):
         close(fnp.take(a, idx, axis=axis), np.take(a, idx, axis=axis))
     close(fnp.asarray(a).take(np.array([1, 2]), axis=axis), np.take(a, [1, 2], axis=axis))
 

@@ -87,10 +87,10 @@ def test_unique_and_sets():
     np.testing.assert_array_equal(got[3], [2, 1, 2, 1, 0, 0])
     with pytest.raises(funcgrad.ConcretizationError, match="size="):
         funcgrad.jit(fnp.unique)(x)
-    np.testing.assert_array_equal(fnp.isin(x, [1, 7]), np.isin(x, [1, 7]))
-    np.testing.assert_array_equal(fnp.intersect1d(x, [1, 2, 9]), [1, 2])
-    np.testing.assert_array_equal(fnp.union1d(x, [9]), np.union1d(x, [9]))
-    np.testing.assert_array_equal(fnp.setdiff1d(x, [1]), np.setdiff1d(x, [1]))
+    np.testing.assert_array_equal(fnp.isin(x, np.array([1, 7])), np.isin(x, [1, 7]))
+    np.testing.assert_array_equal(fnp.intersect1d(x, np.array([1, 2, 9])), [1, 2])
+    np.testing.assert_array_equal(fnp.union1d(x, np.array([9])), np.union1d(x, [9]))
+    np.testing.assert_array_equal(fnp.setdiff1d(x, np.array([1])), np.setdiff1d(x, [1]))
     m = np.array([[0, 2], [3, 0]])
     for g, w in zip(fnp.nonzero(m), np.nonzero(m)):
         np.testing.assert_array_equal(g, w)
@@ -279,7 +279,7 @@ def test_construction_helpers():
     close(fnp.rot90(a), np.rot90(a))
     close(fnp.rot90(a, 3), np.rot90(a, 3))
     close(fnp.insert(a, 1, 9.0, axis=1), np.insert(a, 1, 9.0, axis=1))
-    close(fnp.insert(a.ravel(), [0, 2, 2], [7.0, 8.0, 9.0]),
+    close(fnp.insert(a.ravel(), [0, 2, 2], np.array([7.0, 8.0, 9.0])),
           np.insert(a.ravel(), [0, 2, 2], [7.0, 8.0, 9.0]))
     close(fnp.delete(a, [0, 2], axis=1), np.delete(a, [0, 2], axis=1))
     close(fnp.select([a > 8, a > 3], [a, -a], 0.5), np.select([a > 8, a > 3], [a, -a], 0.5))

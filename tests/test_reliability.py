@@ -328,7 +328,7 @@ def test_indexing_modes_and_messages(shape, data, mode):
     with pytest.raises(IndexError, match=r"index 9 is out of bounds for an axis of size 5"):
         fnp.take_along_axis(fnp.arange(5.0), fnp.asarray([9]), axis=0)
     with pytest.raises(ValueError, match="invalid mode 'nope'"):
-        fnp.take(fnp.arange(5.0), [1], mode="nope")
+        fnp.take(fnp.arange(5.0), np.array([1]), mode="nope")
 
 
 def test_static_arguments_that_name_no_parameter_raise():

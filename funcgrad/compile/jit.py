@@ -10,10 +10,10 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from funcgrad import core
-from funcgrad.compile import tree_fast
+from funcgrad.compile import switches, tree_fast
+from funcgrad.compile.passes import optimize, peak_bytes
 from funcgrad.config import config
 from funcgrad.core import Array, ClosedExpr, Tracer, aval_of, eval_expr, trace_to_expr
-from funcgrad.compile.passes import optimize, peak_bytes
 from funcgrad.tree_util import keystr, tree_flatten, tree_flatten_with_path, tree_unflatten
 
 log = logging.getLogger("funcgrad.jit")
@@ -51,6 +51,27 @@ def clear_caches():
     disk)."""
     for f in list(_jitted):
         f.clear_cache()
+    _SHARED.clear()
+
+
+# As JAX's, the traces belong to the function: jit(f) made again (with the same static and
+# donated arguments) reuses what an earlier jit(f) traced and compiled, so a global read while
+# tracing keeps the value it had then. Plans depend on the engine's switches too (environment
+# variables, config, module flags: compile.switches), so those key the table as well.
+# fun -> {(jit's options, switches.fingerprint()): {signature: Lowered}}; entries go with fun.
+_SHARED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _shared_traces(fun, options: tuple) -> dict | None:
+    """The signature -> Lowered table every jit of `fun` with these options shares under the
+    engine switches now (None for a callable that cannot be hashed or weakly referenced)."""
+    try:
+        per_fun = _SHARED.get(fun)
+        if per_fun is None:
+            per_fun = _SHARED[fun] = {}
+    except (TypeError, ValueError):
+        return None
+    return per_fun.setdefault((options, switches.fingerprint()), {})
 
 
 def _as_tuple(x) -> tuple:
@@ -169,7 +190,11 @@ def jit(fun: Callable | None = None, static_argnums=(), static_argnames=(),
     compiles the function it is given with these options.
 
     The signature is the arguments' pytree structure, shapes and dtypes, the values of static
-    arguments, and the device. Inside another transformation (grad, vmap, an outer jit) the
+    arguments, and the device. As in JAX, the traces belong to `fun`: `jit(fun)` made again
+    (with the same static_argnums / static_argnames / donate_argnums, and the same engine
+    switches and config) reuses them, so a global that `fun` reads keeps the value it had
+    when the signature was first traced; `stats()` counts what one wrapper did. Inside another
+    transformation (grad, vmap, an outer jit) the
     traced expression is inlined instead (custom rules and checkpoints kept). Passes:
     dead-code elimination, common subexpression elimination, constant folding and trivial
     algebra (x*1, x+0, no-op reshapes/broadcasts/casts). On "cuda" the plan is fused kernels
@@ -209,7 +234,8 @@ def jit(fun: Callable | None = None, static_argnums=(), static_argnames=(),
     static, static_names, named = _static_positions(fun, _as_tuple(static_argnums),
                                                     _as_tuple(static_argnames))
     donate = _as_tuple(donate_argnums)
-    cache: dict[_Signature, Lowered] = {}
+    options = (static, static_names, donate)
+    cache: dict[_Signature, Lowered] = {}   # this wrapper's; misses look in _SHARED
     stats = {"traces": 0, "compiles": 0, "calls": 0}
     name = getattr(fun, "__name__", "fun")
 
@@ -287,9 +313,15 @@ def jit(fun: Callable | None = None, static_argnums=(), static_argnames=(),
         sig, st, vals, tree = _signature(args, kwargs, flat)
         low = cache.get(sig)
         if low is None:
-            if config.explain_retraces:
-                sig.paths = _paths(args, kwargs, st)
-            low = cache[sig] = _lower(sig, st, args, kwargs, vals, tree)
+            shared = _shared_traces(fun, options)
+            low = None if shared is None else shared.get(sig)
+            if low is None:
+                if config.explain_retraces:
+                    sig.paths = _paths(args, kwargs, st)
+                low = _lower(sig, st, args, kwargs, vals, tree)
+                if shared is not None:
+                    shared[sig] = low
+            cache[sig] = low
         return low, vals, tree
 
     def lower(*args, **kwargs) -> Lowered:
@@ -404,9 +436,15 @@ def jit(fun: Callable | None = None, static_argnums=(), static_argnames=(),
 
     wrapped.lower = lower
     wrapped.stats = lambda: dict(stats, cache_size=len(cache))
+
     def clear_cache():
+        """Drop this function's traces and plans: those of every jit(fun), as JAX's."""
         cache.clear()
         last[0] = front[0] = None
+        try:
+            _SHARED.pop(fun, None)
+        except (TypeError, ValueError):
+            pass
 
     wrapped.clear_cache = clear_cache
     _jitted.add(wrapped)

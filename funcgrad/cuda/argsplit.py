@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from funcgrad.compile import switches
 from funcgrad.cuda import runtime
 from funcgrad.cuda.arrays import DeviceBuffer, pool
 from funcgrad.cuda.elementwise import load as load_src
@@ -19,6 +20,7 @@ from funcgrad.cuda.elementwise import nbt
 
 CHUNK = 2048       # values per first-pass block
 MAX_ROWS = 64      # rows beyond which one block per row fills the GPU anyway
+switches.register(__name__, "CHUNK", "MAX_ROWS")   # a change keys jit's shared cache apart
 
 
 def wanted(K: int, R: int, col: bool) -> bool:

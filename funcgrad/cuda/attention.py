@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 
+from funcgrad.compile import switches
 from funcgrad.cuda import attention_bfl as ABL
 from funcgrad.cuda import attention_src as AS
 from funcgrad.cuda import attention_tc as ATC
@@ -176,6 +177,7 @@ def _dkv_split(b, s, kh, g, br):
 
 
 DKV_SPLIT = None   # tests and benchmarks: force the dkv split (a divisor of G)
+switches.register(__name__, "DKV_SPLIT")   # a change keys jit's shared cache apart
 
 
 def _launch(mode, ops, extra, out, q, k, v_dim, scale, causal, st_dtype, precision=None,
@@ -422,9 +424,9 @@ def delta(o, do, lse, aval):
 
 
 def _lowerings():
+    from funcgrad.prims import attention as A
     from funcgrad.prims import attention_bwd as AB
     from funcgrad.prims import attention_lse as AL
-    from funcgrad.prims import attention as A
 
     def prm(params):
         return params["scale"], params["causal"]

@@ -24,6 +24,7 @@ intrinsics (SIM_SOURCE, one warp a block).
 """
 from __future__ import annotations
 
+from funcgrad.compile import switches
 from funcgrad.cuda.attention_bf_sim import SIM_SOURCE
 
 SIM_CONFIG = (1, 16)   # the simulator: one warp (the emulated mma needs the whole warp)
@@ -39,6 +40,7 @@ BUDGET = 113 * 1024   # two blocks an SM (attention_tc.budget)
 LOAD_WORDS = 16   # words a thread's batch of tile loads brings (issued before their stores)
 PREFETCH = True   # streamed tiles' loads issued a step ahead (their latency behind the products)
 PREFETCH_REGS = 192   # ... where those words and the accumulators of a lane stay under this
+switches.register(__name__, "SIM_CONFIG", "PREFETCH", "PREFETCH_REGS", "LOAD_WORDS")
 
 def row_words(D):
     """Words between two rows of a tile: D / 2 pairs and 4 words of padding."""

@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import math
 
+from funcgrad.compile import switches
 from funcgrad.cuda.attention_src_bwd import _dkv, _dq, _dqsum, dqsum_shape
 from funcgrad.cuda.attention_src_fwd import _delta2, _fwd2, _fwd_like, _operand
 from funcgrad.cuda.elementwise import compute_t, nbt
@@ -80,6 +81,7 @@ GPU_CONFIGS = {   # the first of each: fastest at W2's shapes on an H200 (bench_
 }
 GPU_CONFIGS["fwdl"] = GPU_CONFIGS["fwd"]       # the forward that also writes the logsumexp
 SIM_CONFIG = (4, 4, 2, 2)   # the simulator: 4 threads, 2 x 2 registers, every path on tiny shapes
+switches.register(__name__, "SIM_CONFIG")   # a change keys jit's shared cache apart
 
 
 def full_config(cfg):

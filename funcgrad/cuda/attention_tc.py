@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import os
 
+from funcgrad.compile import switches
 from funcgrad.cuda.attention_tc_sim import SIM_SOURCE
 
 # Shared memory is dynamic (sized at launch); a block over 48 KB opts in to more
@@ -87,6 +88,7 @@ PREFETCH = os.environ.get("FUNCGRAD_ATTN_PREFETCH", "1") != "0"
 # ... where the prefetched floats and the accumulators a lane holds stay under this many
 # registers (S2's dkv at head dim 128, 4 x 32: 64 + 160, keeps loading in place)
 PREFETCH_REGS = 192
+switches.register(__name__, "SIM_CONFIG", "FAST_LOADS", "LOAD_FLOATS", "PREFETCH", "PREFETCH_REGS")
 
 def smem_words(mode, D, W, BC):
     """Shared-memory words of one block: the row tiles, the streamed tiles (and dkv's stats)."""

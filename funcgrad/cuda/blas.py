@@ -31,6 +31,7 @@ import threading
 
 import numpy as np
 
+from funcgrad.compile import switches
 from funcgrad.cuda import blaslt, runtime
 
 # cudaDataType_t and cublasComputeType_t values (cuBLAS's C API)
@@ -57,6 +58,7 @@ LANES = max(1, int(os.environ.get("FUNCGRAD_GEMM_LANES", "4")))
 SMALL_GEMM = 1 << 22
 POLICIES = ("ordered", "spread")
 GEMM_POLICY = os.environ.get("FUNCGRAD_GEMM_POLICY", "measure").strip().lower()
+switches.register(__name__, "WORKSPACE", "LANES", "SMALL_GEMM", "GEMM_POLICY")
 _lanes: list = []
 _turn = [0]
 _policy = ["ordered"]   # the workspace policy of the capture under way

@@ -21,12 +21,14 @@ import os
 
 import numpy as np
 
+from funcgrad.compile import switches
 from funcgrad.cuda import runtime
 
 CANDIDATES = 8
 REPS = 3
 ENABLED = os.environ.get("FUNCGRAD_GEMM_AUTOTUNE", "0") == "1"
 FORCE_LT = False   # tests: take cuBLASLt's first candidate whatever the timing
+switches.register(__name__, "ENABLED", "FORCE_LT")   # a change keys jit's shared cache apart
 
 _state: dict = {}      # "lt": the binding module, "handle"
 _choice: dict = {}     # key -> ("lt", (desc, layouts, algo array, index)) | ("ex", None)

@@ -19,11 +19,13 @@ import os
 import numpy as np
 
 from funcgrad import prims as P
+from funcgrad.compile import switches
 from funcgrad.core import ShapedArray, Var
 from funcgrad.cuda import matmul
 from funcgrad.cuda.epilogue import _readers, fuse_into_reader
 
 ENABLED = os.environ.get("FUNCGRAD_CAST_GEMM", "1") != "0"
+switches.register(__name__, "ENABLED")   # a change keys jit's shared cache apart
 HALF = ("bfloat16", "float16")
 
 

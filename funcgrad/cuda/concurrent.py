@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import os
 
+from funcgrad.compile import switches
 from funcgrad.cuda import runtime
 
 # independent steps run side by side; FUNCGRAD_CONCURRENT_GRAPHS=0 keeps capture's one chain
 CONCURRENT = os.environ.get("FUNCGRAD_CONCURRENT_GRAPHS", "1") != "0"
+switches.register(__name__, "CONCURRENT")   # a change keys jit's shared cache apart
 
 
 def extent(buf):

@@ -24,6 +24,7 @@ import math
 
 import numpy as np
 
+from funcgrad.compile import switches
 from funcgrad.core import ShapedArray
 from funcgrad.cuda import arrays, conv_cudnn, matmul, runtime
 from funcgrad.cuda import elementwise as ew
@@ -120,6 +121,7 @@ def _patches_source(nsp: int, dtype) -> str:
 MODE = None
 GEMM_MIN_TAPS = 16                 # direct convolution below this many MACs per output
 GEMM_MAX_PATCH = 64 << 20          # elements of the patch matrix (256 MB of float32)
+switches.register(__name__, "MODE", "GEMM_MIN_TAPS", "GEMM_MAX_PATCH")
 
 
 def _use_gemm(x, aval, taps, patch) -> bool:

@@ -35,6 +35,7 @@ import threading
 
 import numpy as np
 
+from funcgrad.compile import switches
 from funcgrad.cuda import runtime
 
 # cudnnDataType_t, cudnnTensorFormat_t, cudnnConvolutionMode_t, cudnnMathType_t
@@ -47,6 +48,7 @@ MAX_WORKSPACE = 1 << 30      # bytes: algorithms needing more are skipped
 # candidates once per geometry on scratch buffers (cudnnFind*AlgorithmEx, as torch's
 # cudnn.benchmark and XLA's autotuning do), outside any capture
 FIND = os.environ.get("FUNCGRAD_CUDNN_FIND", "1").strip() != "0"
+switches.register(__name__, "FIND")   # a change keys jit's shared cache apart
 FIND_WORKSPACE = 512 << 20
 KINDS = ("fwd", "bwd_data", "bwd_filter")
 INT_MAX = 2 ** 31 - 1

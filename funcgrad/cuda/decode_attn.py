@@ -27,6 +27,7 @@ import os
 import numpy as np
 
 from funcgrad import prims as P
+from funcgrad.compile import switches
 from funcgrad.core import Lit, Var
 from funcgrad.cuda import runtime
 from funcgrad.cuda.arrays import DeviceBuffer, pool
@@ -35,6 +36,7 @@ from funcgrad.prims.rows import softmax_p
 
 ENABLED = os.environ.get("FUNCGRAD_DECODE_ATTN", "0") == "1"
 MAX_QUERIES = 16     # query rows per (batch, head) the step takes (decode: 1)
+switches.register(__name__, "ENABLED", "MAX_QUERIES")   # a change keys jit's shared cache apart
 
 
 def _chunk() -> int:

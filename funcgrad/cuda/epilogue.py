@@ -26,11 +26,13 @@ from __future__ import annotations
 import os
 
 from funcgrad import prims as P
+from funcgrad.compile import switches
 from funcgrad.core import Var
 from funcgrad.cuda import fusion, matmul
 from funcgrad.cuda.lowering import lower
 
 ENABLED = os.environ.get("FUNCGRAD_GEMM_EPILOGUE", "1") != "0"
+switches.register(__name__, "ENABLED")   # a change keys jit's shared cache apart
 
 
 class BiasGemm:

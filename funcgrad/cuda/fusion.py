@@ -15,6 +15,7 @@ import numpy as np
 
 from funcgrad import prims as P
 from funcgrad.backends import kernel_files
+from funcgrad.compile import switches
 from funcgrad.compile.clustering import Cluster, external_inputs, fusible, is_view_bcast  # noqa: F401
 from funcgrad.compile.clustering import plan_steps as _plan_steps
 from funcgrad.core import Lit, Var
@@ -48,6 +49,7 @@ UNROLL_MAX_EQNS = 32
 UNROLL = 2
 IDX32_LIMIT = 2 ** 31   # clusters smaller than this compute coordinates in 32 bits
 VEC = int(os.environ.get("FUNCGRAD_FUSED_VEC", "4"))  # neighbouring elements a thread takes
+switches.register(__name__, "UNROLL_MAX_EQNS", "UNROLL", "VEC")
 #   (vec_width) ...
 VEC_MAX_EQNS = 64   # ... in flat clusters up to this size: AdamW's packs (W2: three parameters
 #   of a shape per kernel, 57 equations), whose one element a thread kept too few loads in flight

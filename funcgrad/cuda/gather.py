@@ -31,6 +31,7 @@ import textwrap
 
 import numpy as np
 
+from funcgrad.compile import switches
 from funcgrad.cuda import runtime
 from funcgrad.cuda.arrays import DeviceBuffer, const, from_host, pool, to_host
 from funcgrad.cuda.elementwise import contiguous, fill, load, nbt, run, storer
@@ -38,6 +39,7 @@ from funcgrad.cuda.elementwise import contiguous, fill, load, nbt, run, storer
 BIG = 2 ** 62
 MAX_TABLE = 1 << 22      # chunk x bucket entries (int64) the dense path's stable fill may use
 RANK_SORT_MAX = 2048     # the sparse path sorts up to this many pairs by comparison (NI^2 work)
+switches.register(__name__, "MAX_TABLE", "RANK_SORT_MAX")   # a change keys jit's shared cache apart
 
 
 def _check_source(mode: str):

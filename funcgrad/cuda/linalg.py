@@ -10,16 +10,17 @@ import math
 
 import numpy as np
 
-from funcgrad.prims import linalg as LP
-from funcgrad.prims import linalg_spectral as LS
+from funcgrad.compile import switches
 from funcgrad.cuda import linalg_kernels as K
 from funcgrad.cuda import runtime
 from funcgrad.cuda.arrays import DeviceBuffer, from_host, pool, to_host
 from funcgrad.cuda.elementwise import compute_t, contiguous
-
+from funcgrad.prims import linalg as LP
+from funcgrad.prims import linalg_spectral as LS
 
 # see qr(): the kernel is exercised by the simulator; set True to run it on a real GPU
 QR_KERNEL_ON_GPU = False
+switches.register(__name__, "QR_KERNEL_ON_GPU")   # a change keys jit's shared cache apart
 
 
 def _source(body: str, dtype) -> str:

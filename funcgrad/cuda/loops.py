@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from funcgrad.compile import switches
 from funcgrad.core import Array, Lit
 from funcgrad.cuda import arrays, fusion, inplace, runtime
 from funcgrad.cuda import condgraph as cg
@@ -313,6 +314,7 @@ def _host_scalar(buf: DeviceBuffer, what: str):
 
 _RUN = {"scan": _scan, "while": _while, "cond": _cond}
 OWN_GRAPH_MIN_STEPS = 8   # shorter scans (and every cond) run from the host outside a graph
+switches.register(__name__, "OWN_GRAPH_MIN_STEPS")   # a change keys jit's shared cache apart
 
 
 def _own_graph(ex) -> bool:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import os
 
+from funcgrad.compile import switches
 from funcgrad.core.dtypes import dtype_kind
 from funcgrad.cuda import blas, runtime
 from funcgrad.cuda.arrays import DeviceBuffer, pool
@@ -220,6 +221,7 @@ def dot_bgrad(x: DeviceBuffer, y: DeviceBuffer, dimension_numbers, out_aval, pre
 # Split-K on real GPUs is opt-in (FUNCGRAD_SPLIT_K=1) until it has been checked and timed on
 # one; the simulator always exercises it.
 SPLIT_K = os.environ.get("FUNCGRAD_SPLIT_K", "0") == "1"
+switches.register(__name__, "SPLIT_K")   # a change keys jit's shared cache apart
 
 
 def _geometry(Bn, M, N, K):

@@ -19,6 +19,7 @@ import weakref
 
 import numpy as np
 
+from funcgrad.compile import switches
 from funcgrad.cuda import runtime
 from funcgrad.cuda.arrays import Block, DeviceBuffer, Pool, Raw, c_strides
 
@@ -30,6 +31,7 @@ ALIGN = 256
 # at its peak (5,828 against 5,348 with the GELU outputs recomputed, rewrites/remat.py; with
 # this exemption the arena is the live peak in both; at 128 MiB, 5,732)
 ORDER_FREE_BYTES = int(os.environ.get("FUNCGRAD_MEMPLAN_ORDER_FREE_MIB", "64")) << 20
+switches.register(__name__, "ORDER_FREE_BYTES")   # a change keys jit's shared cache apart
 
 
 def _align(n: int) -> int:

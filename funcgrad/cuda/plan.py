@@ -22,6 +22,7 @@ import weakref
 
 import numpy as np
 
+from funcgrad.compile import switches
 from funcgrad.core import Array, Lit, Var, source_info
 from funcgrad.cuda import (
     arrays,
@@ -61,6 +62,7 @@ def say_uncaptured(why: str) -> None:
 # FUNCGRAD_PROFILE=1: plans run step by step with a synchronize around each step (no graphs) and
 # add the seconds per step kind to PROFILE; profile_report() prints the largest.
 PROFILE = {} if os.environ.get("FUNCGRAD_PROFILE") else None
+switches.register(__name__, "PROFILE")   # a change keys jit's shared cache apart
 
 
 def profile_report(top: int = 25) -> str:

@@ -22,14 +22,16 @@ from __future__ import annotations
 
 import os
 
-from funcgrad.prims import rows_bwd as FB
 from funcgrad import prims as P
+from funcgrad.compile import switches
 from funcgrad.core import Var
 from funcgrad.cuda import rows
 from funcgrad.cuda.arrays import c_strides
 from funcgrad.cuda.epilogue import _readers
+from funcgrad.prims import rows_bwd as FB
 
 ENABLED = os.environ.get("FUNCGRAD_ROWS_ACC", "1") != "0"
+switches.register(__name__, "ENABLED")   # a change keys jit's shared cache apart
 _NORMS = {FB.layer_norm_bwd_p: "layer_norm_bwd", FB.rms_norm_bwd_p: "rms_norm_bwd"}
 
 

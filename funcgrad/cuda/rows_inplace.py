@@ -21,12 +21,14 @@ from __future__ import annotations
 import os
 
 from funcgrad import prims as P
+from funcgrad.compile import switches
 from funcgrad.core import Var
 from funcgrad.cuda import rows
 from funcgrad.cuda.inplace import VIEWS, step_reads
 from funcgrad.prims import rows_bwd as FB
 
 ENABLED = os.environ.get("FUNCGRAD_XENT_INPLACE", "1") != "0"
+switches.register(__name__, "ENABLED")   # a change keys jit's shared cache apart
 
 
 class XentBwdInPlace:

@@ -140,7 +140,10 @@ from funcgrad.lax.slicing import (
     scatter_mul,
     scatter_sub,
 )
-from funcgrad.numpy import nextafter  # noqa: F401
+from funcgrad.lax.ops import _same_dtypes  # noqa: E402
+from funcgrad.numpy import nextafter as _nextafter  # noqa: E402
+
+nextafter = _same_dtypes("nextafter", _nextafter)
 
 # The primitives themselves under JAX's lax.<name>_p names (`lax.add_p.bind(x, y)`), for the
 # ones whose operands and params mean what JAX's do: elementwise ops on equal shapes, the

@@ -17,19 +17,91 @@ from funcgrad import numpy as fnp
 from funcgrad import prims as P
 from funcgrad.core.dtypes import dtype_kind
 from funcgrad.lax.special import digamma, erf_inv, erfc, lgamma  # noqa: F401
-from funcgrad.core import ArrayBase, bind, user_frame_src
+from funcgrad.core import ArrayBase, bind, canonicalize_dtype, user_frame_src
 from funcgrad.numpy._cumulative import associative_scan_axis
 
 # ---------------------------------------------------------------------------------------------
 # elementwise
 # ---------------------------------------------------------------------------------------------
 
+# Python scalars' kinds: a scalar goes with arrays of its kind (1.0 with float32 or bfloat16)
+_WEAK_KINDS = {bool: "b", int: "iu", float: "f", complex: "c"}
+_WEAK_NAMES = {bool: "bool", int: "int32", float: "float32", complex: "complex64"}
+
+
+def check_same_dtypes(name: str, *args) -> None:
+    """JAX's lax rule: the operands of lax.<name> have one dtype (no implicit promotion).
+
+    A Python scalar goes with arrays of its own kind (an int with integers, a float with
+    floats); two Python scalars of different kinds (`lax.add(1, 1.0)`) and arrays of different
+    dtypes raise TypeError as JAX's lax does, naming the dtypes and the user's line.
+
+    Example:
+        >>> from funcgrad import lax
+        >>> try:
+        ...     lax.add(1, 1.0)
+        ... except TypeError as e:
+        ...     print(str(e).split(" (Tip")[0])
+        lax.add requires arguments to have the same dtypes, got int32, float32.
+    """
+    strong, weak = [], []
+    for a in args:
+        t = type(a)
+        if t in _WEAK_KINDS:
+            weak.append(t)
+        elif isinstance(a, ArrayBase):
+            strong.append(a.dtype)
+        elif isinstance(a, (np.ndarray, np.generic)):
+            strong.append(canonicalize_dtype(a.dtype))
+        else:
+            return   # a list or another value: the jnp function's own check names it
+    if strong:
+        ok = all(d == strong[0] for d in strong) and all(
+            dtype_kind(strong[0]) in _WEAK_KINDS[t] for t in weak)
+    else:
+        ok = all(t is weak[0] for t in weak)
+    if not ok:
+        got = [a.dtype.name if isinstance(a, (ArrayBase, np.ndarray, np.generic))
+               else _WEAK_NAMES[type(a)] for a in args]
+        tip = _JNP_EQUIVALENTS.get(name)
+        raise TypeError(f"lax.{name} requires arguments to have the same dtypes, got "
+                        + ", ".join(got) + "."
+                        + (f" (Tip: jnp.{tip} is a similar function that does automatic type "
+                           "promotion on inputs)." if tip else "")
+                        + f"\n  at {user_frame_src()}")
+
+
+_JNP_EQUIVALENTS = {
+    "add": "add", "sub": "subtract", "mul": "multiply", "div": "divide", "rem": "fmod",
+    "max": "maximum", "min": "minimum", "eq": "equal", "ne": "not_equal", "lt": "less",
+    "le": "less_equal", "gt": "greater", "ge": "greater_equal", "atan2": "arctan2",
+    "bitwise_and": "bitwise_and", "bitwise_or": "bitwise_or", "bitwise_xor": "bitwise_xor",
+    "shift_left": "left_shift", "shift_right_arithmetic": "right_shift",
+    "nextafter": "nextafter", "dynamic_update_slice": "lax.dynamic_update_slice",
+}
+
+
+def _same_dtypes(name: str, fun):
+    """lax.<name>: `fun` (the jnp function) once the operands' dtypes agree (JAX's rule)."""
+    def op(x, y):
+        check_same_dtypes(name, x, y)
+        return fun(x, y)
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = (f"lax.{name}: jnp.{_JNP_EQUIVALENTS[name]} on operands of one dtype "
+                  "(TypeError otherwise, as in JAX).")
+    return op
+
+
 abs = fnp.abs  # noqa: A001
-add, sub, mul, neg = fnp.add, fnp.subtract, fnp.multiply, fnp.negative
+neg = fnp.negative
+add, sub, mul = (_same_dtypes(n, f) for n, f in
+                 (("add", fnp.add), ("sub", fnp.subtract), ("mul", fnp.multiply)))
 sign, floor, ceil = fnp.sign, fnp.floor, fnp.ceil
 exp, exp2, log, log1p, expm1 = fnp.exp, fnp.exp2, fnp.log, fnp.log1p, fnp.expm1
 sin, cos, tan, tanh, sinh, cosh = fnp.sin, fnp.cos, fnp.tan, fnp.tanh, fnp.sinh, fnp.cosh
-asin, acos, atan, atan2 = fnp.arcsin, fnp.arccos, fnp.arctan, fnp.arctan2
+asin, acos, atan = fnp.arcsin, fnp.arccos, fnp.arctan
+atan2 = _same_dtypes("atan2", fnp.arctan2)
 asinh, acosh, atanh = fnp.arcsinh, fnp.arccosh, fnp.arctanh
 sqrt, cbrt = fnp.sqrt, fnp.cbrt
 square_p = P.square_p
@@ -46,24 +118,28 @@ def square(x):
     return bind(square_p, x)
 
 
-max, min = fnp.maximum, fnp.minimum  # noqa: A001
-eq, ne, lt, le, gt, ge = (fnp.equal, fnp.not_equal, fnp.less, fnp.less_equal, fnp.greater,
-                          fnp.greater_equal)
-bitwise_and, bitwise_or, bitwise_xor, bitwise_not = (fnp.bitwise_and, fnp.bitwise_or,
-                                                     fnp.bitwise_xor, fnp.bitwise_not)
-shift_left = fnp.left_shift
+max, min = _same_dtypes("max", fnp.maximum), _same_dtypes("min", fnp.minimum)  # noqa: A001
+eq, ne, lt, le, gt, ge = (_same_dtypes(n, f) for n, f in (
+    ("eq", fnp.equal), ("ne", fnp.not_equal), ("lt", fnp.less), ("le", fnp.less_equal),
+    ("gt", fnp.greater), ("ge", fnp.greater_equal)))
+bitwise_and, bitwise_or, bitwise_xor = (_same_dtypes(n, getattr(fnp, n)) for n in (
+    "bitwise_and", "bitwise_or", "bitwise_xor"))
+bitwise_not = fnp.bitwise_not
+shift_left = _same_dtypes("shift_left", fnp.left_shift)
 is_finite = fnp.isfinite
 population_count = fnp.bitwise_count
 
 
 def div(x, y):
     """lax.div: true division for floats, truncation toward zero for integers."""
+    check_same_dtypes("div", x, y)
     a, b = fnp._base.promote_args("div", x, y)
     return bind(P.div_p, a, b)
 
 
 def rem(x, y):
     """lax.rem: the remainder with the dividend's sign (C fmod)."""
+    check_same_dtypes("rem", x, y)
     return fnp.fmod(x, y)
 
 
@@ -72,11 +148,13 @@ def pow(x, y):  # noqa: A001
 
 
 def shift_right_logical(x, y):
+    check_same_dtypes("shift_right_logical", x, y)
     a, b = fnp._base.promote_args("shift_right_logical", x, y)
     return bind(P.shift_right_logical_p, a, b)
 
 
 def shift_right_arithmetic(x, y):
+    check_same_dtypes("shift_right_arithmetic", x, y)
     return fnp.right_shift(x, y)
 
 
@@ -94,7 +172,8 @@ class RoundingMethod(enum.IntEnum):
 
 
 def clamp(min, x, max):  # noqa: A002
-    """lax.clamp(min, x, max): x limited to [min, max]."""
+    """lax.clamp(min, x, max): x limited to [min, max] (one dtype, as in JAX)."""
+    check_same_dtypes("clamp", min, x, max)
     return fnp.minimum(fnp.maximum(x, min), max)
 
 
@@ -324,7 +403,8 @@ def dynamic_update_slice(operand, update, start_indices, *, allow_negative_indic
 
     Args:
         operand: the array to update.
-        update: the values to write, of the operand's rank (cast to its dtype).
+        update: the values to write, of the operand's rank and dtype (TypeError otherwise,
+            as in JAX; a Python scalar of the operand's kind is taken).
         start_indices: one integer scalar per axis, or a 1-D integer array.
         allow_negative_indices: whether negative starts count from the end.
 
@@ -337,6 +417,7 @@ def dynamic_update_slice(operand, update, start_indices, *, allow_negative_indic
         >>> lax.dynamic_update_slice(fnp.zeros(5), fnp.ones(2), (4,)).tolist()
         [0.0, 0.0, 0.0, 1.0, 1.0]
     """
+    check_same_dtypes("dynamic_update_slice", operand, update)
     x = fnp.asarray(operand)
     u = fnp.asarray(update, x.dtype)
     if u.ndim != x.ndim:

@@ -166,4 +166,8 @@ from funcgrad.numpy._array_api import finfo  # noqa: E402,F401  (Python-float li
 floating, integer, inexact, number, signedinteger, unsignedinteger = (
     _np.floating, _np.integer, _np.inexact, _np.number, _np.signedinteger, _np.unsignedinteger)
 
+# JAX's check_arraylike: the functions JAX checks refuse lists and tuples (asarray takes them)
+from funcgrad.numpy._strict import make_strict as _make_strict  # noqa: E402
+
+_make_strict(globals())
 _core.set_numpy_api(_sys.modules[__name__])

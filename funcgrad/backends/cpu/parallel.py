@@ -15,6 +15,8 @@ import itertools
 import os
 import threading
 
+from funcgrad.compile import switches
+
 
 class _Task:
     __slots__ = ("fns", "next", "left", "lock", "done", "error")
@@ -109,6 +111,7 @@ def split_min_work() -> int | None:
 
 # per split task: a late helper costs the caller at most 1/CHUNKS of the work
 CHUNKS = int(os.environ.get("FUNCGRAD_CPU_CHUNKS", "4"))
+switches.register(__name__, "CHUNKS")   # a change keys jit's shared cache apart
 
 
 def bounds(n: int, chunks: int = CHUNKS) -> list:

@@ -25,12 +25,14 @@ from __future__ import annotations
 import os
 
 from funcgrad import prims as P
+from funcgrad.compile import switches
 from funcgrad.core import Eqn, Expr, Var
 
 MIN_BYTES = int(float(os.environ.get("FUNCGRAD_REMAT_MIN_MIB", "64")) * (1 << 20))
 MAX_CHAIN = 48
 MAX_LEAVES = 2      # operands other than arguments: GELU's pre-activation, SwiGLU's two
 GAP = 40
+switches.register(__name__, "GAP", "MIN_BYTES")   # a change keys jit's shared cache apart
 _LAYOUT = frozenset((P.broadcast_in_dim_p, P.reshape_p, P.convert_element_type_p))
 
 
