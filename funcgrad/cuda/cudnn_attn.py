@@ -29,6 +29,7 @@ import threading
 
 import numpy as np
 
+from funcgrad.compile import switches
 from funcgrad.core.dtypes import bfloat16
 from funcgrad.cuda import runtime
 from funcgrad.cuda.arrays import pool
@@ -110,6 +111,7 @@ def usable(q, k, v, causal=None) -> bool:
 # attention_bwdl): None (the default) where cuDNN loads; True always (tests: the fallback kernels
 # then run the pair), False never
 REWRITE = None
+switches.register(__name__, "REWRITE", "DETERMINISTIC")   # a change keys jit's cache apart
 
 
 def supports(q, k, v, params) -> bool:
