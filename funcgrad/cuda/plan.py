@@ -441,7 +441,9 @@ class Plan:
                        [env[s.out]] if kind == "eqn" else [env[o] for o in s.outputs])
             if prof is not None:
                 runtime.load().synchronize()
-                name = s.prim.name if kind == "eqn" else kind
+                name = (s.prim.name if kind == "eqn" else s.describe()[:60]
+                        if kind in ("gemm", "rows") else
+                        "fused[" + "+".join(e.prim.name for e in s.eqns)[:70] + "]")
                 out = (s.out.aval if kind == "eqn" else s.outputs[0].aval
                        if kind in ("gemm", "rows") else None)
                 key = f"{name} {out.str_short() if out is not None else list(s.shape)}"
