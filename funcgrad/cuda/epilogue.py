@@ -27,16 +27,12 @@ import os
 
 from funcgrad import prims as P
 from funcgrad.compile import switches
-from funcgrad.core import Var, is_half
+from funcgrad.core import Var
 from funcgrad.cuda import fusion, matmul
 from funcgrad.cuda.lowering import lower
 
 ENABLED = os.environ.get("FUNCGRAD_GEMM_EPILOGUE", "1") != "0"
-# bias gradients of 16-bit cotangents: cuBLASLt's BGRAD epilogue runs them as a second kernel
-# (globalKernelBgradAB, 55.7 us a [8192, 768-3072] bf16 cotangent on an H200, 2026-12-02: 2.7 ms
-# of S1's bf16 step), so they stay column sums unless FUNCGRAD_BGRAD_16=1
-BGRAD_16 = os.environ.get("FUNCGRAD_BGRAD_16", "0") == "1"
-switches.register(__name__, "ENABLED", "BGRAD_16")   # a change keys jit's shared cache apart
+switches.register(__name__, "ENABLED")   # a change keys jit's shared cache apart
 
 
 class BiasGemm:
@@ -157,8 +153,6 @@ def _fuse_grads(steps: list) -> list:
     drop, put = set(), {}
     for i, (kind, r) in enumerate(steps):
         if kind != "eqn" or r.prim is not P.reduce_sum_p or not isinstance(r.inputs[0], Var):
-            continue
-        if not BGRAD_16 and is_half(r.inputs[0].aval.dtype):
             continue
         for j in sorted(readers.get(r.inputs[0], ())):
             kd, d = steps[j]
