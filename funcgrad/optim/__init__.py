@@ -10,7 +10,7 @@ Example:
     >>> updates, state = opt.update(grads, state, params)
     >>> params = optim.apply_updates(params, updates)
 """
-from funcgrad.optim import losses, schedules, transforms, tree, tree_utils
+from funcgrad.optim import loss_scale, losses, schedules, transforms, tree, tree_utils
 from funcgrad.optim.aliases import adam, adamw, lion, rmsprop, sgd
 from funcgrad.optim.aliases_adaptive import (
     adabelief,
