@@ -64,3 +64,34 @@ def test_bf16_step_keeps_fused_norms():
     assert kernels.count("layer_norm") == 2 * cfg.layers + 1, desc
     assert kernels.count("layer_norm_bwd") == 2 * cfg.layers + 1, desc
     assert any(k.startswith("attention") for k in kernels), desc
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not fcuda.usable(), reason="no GPU and no CUDA simulator")
+def test_float32_logits_of_a_bf16_head_take_the_in_place_backward(monkeypatch):
+    """scale.py's S1 idiom: bf16 products cast to float32 logits (one float32 GEMM, cast_gemm)
+    for the loss; the xent backward still writes over those logits (S1 bf16: 1,572 MiB less),
+    with the values of the plan that does not."""
+    from funcgrad import nn
+    from funcgrad.cuda import rows_inplace
+    rng = np.random.default_rng(1)
+    v, d, b, t = 2050, 16, 2, 4
+    w, x = (funcgrad.device_put(rng.standard_normal(s).astype(np.float32), "cuda")
+            for s in ((v, d), (b, t, d)))
+    tgt = funcgrad.device_put(rng.integers(0, v, (b, t)).astype(np.int32), "cuda")
+
+    def loss(w, x, tgt):
+        logits = (x.astype(fnp.bfloat16) @ w.astype(fnp.bfloat16).T).astype(fnp.float32)
+        return fnp.mean(nn.logsumexp(logits, axis=-1)
+                        - fnp.take_along_axis(logits, tgt[..., None], axis=-1)[..., 0])
+    got = {}
+    for on in (True, False):
+        monkeypatch.setattr(rows_inplace, "ENABLED", on)
+        f = funcgrad.jit(funcgrad.value_and_grad(loss, argnums=(0, 1)))
+        desc = f.lower(w, x, tgt).compile().describe()
+        assert ("(in place over its logits)" in desc) == on, desc
+        assert "dot_general->float32" in desc, desc
+        val, grads = f(w, x, tgt)
+        got[on] = [np.asarray(val)] + [np.asarray(g) for g in grads]
+    for a, b_ in zip(got[True], got[False]):
+        np.testing.assert_array_equal(a, b_)

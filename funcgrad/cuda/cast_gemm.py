@@ -33,6 +33,8 @@ class CastGemm:
     """A plan step: the dot_general eqn `dot` and the convert `conv` of its result to float32,
     as one product written in float32."""
 
+    FRESH = True   # its result is a new buffer (rows_inplace may write over it)
+
     def __init__(self, dot, conv):
         self.dot, self.conv = dot, conv
         self.outputs = [conv.out]
@@ -52,6 +54,8 @@ class CastGemm:
 class WideGemm:
     """A plan step: the float32 dot_general eqn `dot` of two widened 16-bit operands, run on
     the 16-bit values `srcs` (cuBLAS: 16-bit A and B, float32 C)."""
+
+    FRESH = True
 
     def __init__(self, dot, srcs):
         self.dot, self.srcs = dot, srcs

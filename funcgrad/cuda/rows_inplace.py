@@ -59,9 +59,12 @@ class XentBwdInPlace:
 
 
 def _fresh(kind, s) -> bool:
-    """Whether plan step (kind, s) gives each of its results memory of its own."""
+    """Whether plan step (kind, s) gives each of its results memory of its own (a "rows" step
+    says so: cast_gemm's products written in float32, S1's bf16 LM head)."""
     if kind == "eqn":
         return s.prim is P.dot_general_p
+    if kind == "rows":
+        return getattr(s, "FRESH", False)
     return kind in ("gemm", "fused")
 
 
