@@ -187,7 +187,8 @@ def test_sums_over_other_axes_stay_apart():
 
 
 def test_step_profiling_names_epilogue_steps(monkeypatch):
-    # FUNCGRAD_PROFILE's per-step timing keys a ("gemm", ...) step by its output, as others
+    # FUNCGRAD_PROFILE's per-step timing keys a ("gemm", ...) step by what it computes and
+    # its output, as others
     from funcgrad.cuda import plan
     monkeypatch.setattr(plan, "PROFILE", {})
     rng = np.random.default_rng(0)
@@ -196,4 +197,4 @@ def test_step_profiling_names_epilogue_steps(monkeypatch):
     got = funcgrad.jit(lambda x, w, b: x @ w + b)(x, w, b)
     np.testing.assert_allclose(np.asarray(got), np.asarray(x) @ np.asarray(w) + np.asarray(b),
                                rtol=1e-5, atol=1e-6)
-    assert "gemm f32[4,5]" in plan.PROFILE
+    assert "dot_general+bias -> f32[4,5] f32[4,5]" in plan.PROFILE, plan.PROFILE
