@@ -403,7 +403,7 @@ SPECTRAL_CASES = [(5, 4, None, None), (7, 16, None, None), (33, 8, 3, None), (64
 def test_welch_csd_match_scipy(n, nperseg, noverlap, nfft, dtype, rtol, rng):
     x = rng.standard_normal(n).astype(dtype)
     y = rng.standard_normal(max(n - 3, 2)).astype(dtype)   # csd zero-pads the shorter signal
-    kw = dict(nperseg=nperseg, noverlap=noverlap, nfft=nfft)
+    kw = {"nperseg": nperseg, "noverlap": noverlap, "nfft": nfft}
     if nperseg is not None and nperseg > n:
         with pytest.warns(UserWarning, match="nperseg"):
             signal.welch(x, **kw)
@@ -430,7 +430,7 @@ def test_stft_istft_match_scipy(n, nperseg, noverlap, nfft, boundary, dtype, rto
     nperseg = min(nperseg or 256, n)   # stft's nperseg is 256 by default
     if boundary in ("even", "odd") and nperseg // 2 > n - 1:
         pytest.skip("scipy's reflecting extensions need nperseg // 2 < len(x)")
-    kw = dict(nperseg=nperseg, noverlap=noverlap, nfft=nfft)
+    kw = {"nperseg": nperseg, "noverlap": noverlap, "nfft": nfft}
     for scaling in ("spectrum", "psd"):
         f, t, z = signal.stft(x, boundary=boundary, scaling=scaling, **kw)
         f_ref, t_ref, z_ref = ss.stft(x, boundary=boundary, scaling=scaling, **kw)
