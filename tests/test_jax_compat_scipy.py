@@ -390,3 +390,92 @@ def test_detrend(rng):
     close(signal.detrend(x), ss.detrend(x), rtol=1e-9, atol=1e-10)
     close(signal.detrend(x, axis=0, type="constant"), ss.detrend(x, axis=0, type="constant"))
     close(signal.detrend(x, bp=[7, 13]), ss.detrend(x, bp=[7, 13]), rtol=1e-9, atol=1e-10)
+
+
+# spectral analysis: (length, nperseg, noverlap, nfft); nperseg > length is cut to the length
+SPECTRAL_CASES = [(5, 4, None, None), (7, 16, None, None), (33, 8, 3, None), (64, 16, 8, 20),
+                  (100, 17, 5, 40), (257, None, None, None), (50, 9, 0, None)]
+
+
+@pytest.mark.filterwarnings("ignore:nperseg")
+@pytest.mark.parametrize("dtype,rtol", [(np.float64, 1e-9), (np.float32, 1e-4)])
+@pytest.mark.parametrize("n,nperseg,noverlap,nfft", SPECTRAL_CASES)
+def test_welch_csd_match_scipy(n, nperseg, noverlap, nfft, dtype, rtol, rng):
+    x = rng.standard_normal(n).astype(dtype)
+    y = rng.standard_normal(max(n - 3, 2)).astype(dtype)   # csd zero-pads the shorter signal
+    kw = {"nperseg": nperseg, "noverlap": noverlap, "nfft": nfft}
+    if nperseg is not None and nperseg > n:
+        with pytest.warns(UserWarning, match="nperseg"):
+            signal.welch(x, **kw)
+    cases = [{}, {"detrend": "linear", "scaling": "spectrum"},
+             {"average": "median", "window": "hamming"},
+             {"return_onesided": False, "detrend": False}]
+    for extra in cases:
+        f, p = signal.welch(x, **kw, **extra)
+        f_ref, p_ref = ss.welch(x, **kw, **extra)
+        assert p.dtype == dtype
+        close(f, f_ref, rtol=rtol)
+        close(p, p_ref, rtol=rtol, atol=rtol * np.abs(p_ref).max())
+        f, p = signal.csd(x, y, **kw, **extra)
+        f_ref, p_ref = ss.csd(x, y, **kw, **extra)
+        close(p, p_ref, rtol=rtol, atol=rtol * np.abs(p_ref).max())
+
+
+@pytest.mark.filterwarnings("ignore:NOLA condition failed")   # scipy's istft, hann with no overlap
+@pytest.mark.parametrize("dtype,rtol", [(np.float64, 1e-9), (np.float32, 1e-4)])
+@pytest.mark.parametrize("n,nperseg,noverlap,nfft", SPECTRAL_CASES)
+@pytest.mark.parametrize("boundary", ["zeros", "even", "odd", "constant", None])
+def test_stft_istft_match_scipy(n, nperseg, noverlap, nfft, boundary, dtype, rtol, rng):
+    x = rng.standard_normal(n).astype(dtype)
+    nperseg = min(nperseg or 256, n)   # stft's nperseg is 256 by default
+    if boundary in ("even", "odd") and nperseg // 2 > n - 1:
+        pytest.skip("scipy's reflecting extensions need nperseg // 2 < len(x)")
+    kw = {"nperseg": nperseg, "noverlap": noverlap, "nfft": nfft}
+    for scaling in ("spectrum", "psd"):
+        f, t, z = signal.stft(x, boundary=boundary, scaling=scaling, **kw)
+        f_ref, t_ref, z_ref = ss.stft(x, boundary=boundary, scaling=scaling, **kw)
+        assert z.dtype == np.result_type(dtype, np.complex64)
+        close(f, f_ref, rtol=rtol)
+        close(t, t_ref, rtol=rtol)
+        close(z, z_ref, rtol=rtol, atol=rtol * np.abs(z_ref).max())
+    _, _, z_ref = ss.stft(x, boundary=boundary, **kw)
+    t, y = signal.istft(z_ref.astype(np.result_type(dtype, np.complex64)),
+                        boundary=boundary is not None, **kw)
+    t_ref, y_ref = ss.istft(z_ref, boundary=boundary is not None, **kw)
+    close(t, t_ref, rtol=rtol)
+    close(y, y_ref, rtol=rtol, atol=rtol * np.abs(y_ref).max())
+
+
+def test_spectral_axes_and_windows(rng):
+    x = rng.standard_normal((3, 50, 2))
+    close(signal.welch(x, nperseg=8, axis=1)[1], ss.welch(x, nperseg=8, axis=1)[1], rtol=1e-9)
+    _, _, z = signal.stft(x, nperseg=8, axis=1)
+    _, _, z_ref = ss.stft(x, nperseg=8, axis=1)
+    close(z, z_ref, rtol=1e-9, atol=1e-12)
+    y = signal.istft(z_ref, nperseg=8, time_axis=-1, freq_axis=1)[1]
+    close(y, ss.istft(z_ref, nperseg=8, time_axis=-1, freq_axis=1)[1], rtol=1e-9, atol=1e-12)
+    for window in ("boxcar", "blackman", "bartlett", "triang", ("tukey", 0.3),
+                   np.linspace(0.1, 1.0, 12)):
+        close(signal.welch(x[0, :, 0], window=window, nperseg=12)[1],
+              ss.welch(x[0, :, 0], window=window, nperseg=12)[1], rtol=1e-9)
+    with pytest.raises(ValueError, match="noverlap"):
+        signal.welch(x[0, :, 0], nperseg=8, noverlap=8)
+    with pytest.raises(ValueError, match="scaling"):
+        signal.welch(x[0, :, 0], scaling="bogus", nperseg=8)
+
+
+def test_spectral_jit_and_grad(rng):
+    x = rng.standard_normal(64)
+    f = jax.jit(lambda v: signal.welch(v, nperseg=16)[1])
+    close(f(x), ss.welch(x, nperseg=16)[1], rtol=1e-9)
+    g = jax.jit(lambda v: signal.istft(signal.stft(v, nperseg=16)[2], nperseg=16)[1])
+    close(g(x), x, rtol=1e-9, atol=1e-12)
+    # d/dx of the total power sum(Pxx) = scale * sum_k ||W_k x||^2 (weighted by one-sided
+    # doubling): check it against central differences of scipy's welch.
+    w = rng.standard_normal(9)
+    grad = jax.grad(lambda v: jnp.sum(signal.welch(v, nperseg=16)[1] * w))(x)
+    eps = 1e-6
+    fd = np.array([(np.sum(ss.welch(x + eps * e, nperseg=16)[1] * w)
+                    - np.sum(ss.welch(x - eps * e, nperseg=16)[1] * w)) / (2 * eps)
+                   for e in np.eye(64)])
+    close(grad, fd, rtol=1e-5, atol=1e-8)
