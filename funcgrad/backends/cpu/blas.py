@@ -38,17 +38,21 @@ def serial_flops() -> int:
     return int(os.environ.get("FUNCGRAD_CPU_BLAS_SERIAL", str(1 << 25)))
 
 
+def _openblas_paths() -> list:
+    """The loaded OpenBLAS libraries' paths, sorted (numpy.libs' before scipy.libs')."""
+    try:
+        with open("/proc/self/maps") as f:
+            return sorted({ln.split()[-1] for ln in f if "openblas" in ln.lower() and ".so" in ln})
+    except OSError:
+        return []
+
+
 def _openblas():
     """(set_num_threads, get_num_threads) of the OpenBLAS numpy loaded, or (None, None)."""
     global _set_threads, _get_threads
     if _set_threads is None:
         _set_threads = _get_threads = False
-        try:
-            with open("/proc/self/maps") as f:
-                paths = {ln.split()[-1] for ln in f if "openblas" in ln.lower() and ".so" in ln}
-        except OSError:
-            paths = set()
-        for p in sorted(paths):
+        for p in _openblas_paths():
             try:
                 lib = ctypes.CDLL(p)
             except OSError:
@@ -63,6 +67,29 @@ def _openblas():
             if _set_threads:
                 break
     return (_set_threads or None), (_get_threads or None)
+
+
+def other_blas_serial(marker: str) -> bool:
+    """Sets every loaded OpenBLAS whose path holds `marker` (SciPy's, which numba's np.dot
+    calls) to one thread. Two OpenBLAS pools on two cores spin against each other: with
+    SciPy's at its default, the numpy products of a CS step ran 16 -> 245 ms. Returns
+    whether one was set."""
+    done = False
+    for p in _openblas_paths():
+        if marker not in p:
+            continue
+        try:
+            lib = ctypes.CDLL(p)
+        except OSError:
+            continue
+        for s in _SYMBOLS:
+            if hasattr(lib, s):
+                fn = getattr(lib, s)
+                fn.argtypes, fn.restype = [ctypes.c_int], None
+                fn(1)
+                done = True
+                break
+    return done
 
 
 class _OneThread:
