@@ -295,10 +295,11 @@ def _into_step(e, ins, into):
 
 
 def _dot_into(xa, ya, dimension_numbers, out_aval, blas_held=False):
-    """f(x, y, out): np.matmul of the operands as matrices into a 2-D `out`, or None when the
-    product is not one matmul of views (the numpy impl takes it then)."""
+    """f(x, y, out): np.matmul of the operands as matrices into `out` (as its (m, n) matrix: a
+    [B, T, D] activation times a weight too), or None when the product is not one matmul of
+    views (the numpy impl takes it then)."""
     (lc, rc), (lb, _) = dimension_numbers
-    if (lb or len(out_aval.shape) != 2 or not out_aval.size or xa.dtype != out_aval.dtype
+    if (lb or not out_aval.ndim or not out_aval.size or xa.dtype != out_aval.dtype
             or ya.dtype != out_aval.dtype or dtype_kind(out_aval.dtype) not in "fiu"
             or is_half(out_aval.dtype)):   # 16-bit floats: the impl's float32 product
         return None
