@@ -435,3 +435,25 @@ def test_a_donated_call_that_raises_deletes_the_arguments_it_wrote(monkeypatch):
             jf(x, np.int32(7))
     with pytest.raises(RuntimeError, match="donated to a jitted call .* that raised"):
         np.asarray(x)
+
+
+def test_large_products_split_by_rows_give_one_threads_bits(rng, monkeypatch):
+    # rows in blocks over the caller and the helper: the one-thread product's bits, every run
+    from funcgrad.backends.cpu import blas
+    m, k, n = 256, 784, 64
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    monkeypatch.setenv("FUNCGRAD_CPU_BLAS_SERIAL", "1")
+    split = blas.matmul_into(m, n, k)
+    if blas.one_thread() is None or not blas.split_rows():
+        pytest.skip("numpy's BLAS is not a loaded OpenBLAS, or one CPU")
+    want = np.empty((m, n), np.float32)
+    with blas.one_thread():
+        np.matmul(a, b, out=want)
+    for _ in range(3):
+        got = np.full((m, n), np.nan, np.float32)
+        split(a, b, got)
+        np.testing.assert_array_equal(got, want)
+    got = np.full((m, n), np.nan, np.float32)
+    split(a.T.copy().T, b, got)   # a transposed operand (a weight gradient's x^T): row views
+    np.testing.assert_array_equal(got, want)

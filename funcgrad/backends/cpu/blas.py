@@ -1,15 +1,18 @@
 """Matrix products on the CPU: np.matmul into planned buffers, small ones on one BLAS thread,
-large ones on OpenBLAS's threads (or, with funcgrad.config's "cpu_blas_adaptive", on its
-threads or on one, whichever has been faster lately).
+large ones in row blocks on one BLAS thread each, shared by the caller and cpu_parallel's helper
+(FUNCGRAD_CPU_BLAS_SPLIT=0: on OpenBLAS's threads; with funcgrad.config's "cpu_blas_adaptive",
+on its threads or on one, whichever has been faster lately).
 
 OpenBLAS splits every product above ~2^18 multiply-adds over all its threads. On a machine
 whose cores are shared, a small product then waits for a descheduled thread: a 128^3 product
 took 38 us with one core free and 5 ms when another process held it (development VM, 2 cores).
 Products under `serial_flops()` run on one thread (barely slower when the machine is idle);
-larger ones run on the pool. The way is fixed by the product's shape, so reruns of a program
-give the same bits: OpenBLAS's pool and one thread round differently (26,110 of the 32,768
-elements of a 128x784x256 float32 product differ, by up to 6e-5), and choosing between them
-by measured times had made same-seed training runs end with different parameters.
+larger ones run as row blocks (`_rows_split`): one thread's bits, and a late helper costs one
+block where a late pool thread stalls the product. The way is fixed by the product's shape, so
+reruns of a program give the same bits: OpenBLAS's pool and one thread round differently
+(26,110 of the 32,768 elements of a 128x784x256 float32 product differ, by up to 6e-5), and
+choosing between them by measured times had made same-seed training runs end with different
+parameters.
 `config.update("cpu_blas_adaptive", True)` opts into that choice (`Adaptive`): faster where
 the cores are shared and busy, not bit-reproducible. Where numpy's BLAS is not a loaded
 OpenBLAS, nothing changes.
@@ -206,10 +209,43 @@ def matmul_into(m: int, n: int, k: int, held: bool = False):
         np.matmul(a, b, out=out)
     adaptive = Adaptive((run_pool, run_serial))
     values = config.__dict__["_values"]
+    plain = run_pool
+    if split_rows() and m >= 2 * SPLIT_MIN_ROWS:
+        plain = _rows_split(one, m)
 
     def run(a, b, out):
         if values["cpu_blas_adaptive"]:
             adaptive(a, b, out)
         else:
-            np.matmul(a, b, out=out)
+            plain(a, b, out)
+    return run
+
+
+# a product split by rows gives each chunk at least this many
+SPLIT_MIN_ROWS = 32
+
+
+def split_rows() -> bool:
+    """Whether large products run as row blocks on one BLAS thread each, shared by the caller
+    and cpu_parallel's helper (FUNCGRAD_CPU_BLAS_SPLIT, default on; 0: OpenBLAS's pool)."""
+    return os.environ.get("FUNCGRAD_CPU_BLAS_SPLIT", "1") != "0" and os.cpu_count() != 1
+
+
+def _rows_split(one, m):
+    """f(a, b, out): rows of a (m, k) by (k, n) product in blocks, each one a one-thread
+    np.matmul, taken by the caller and the helper thread from a shared counter.
+
+    Each row's arithmetic is the one-thread product's whichever thread and block computes it,
+    so results are one thread's bits on every run (OpenBLAS's pool splits some products along
+    k: 256x784x512 float32 differs from one thread in most elements). The pool waits for all
+    its threads; a descheduled one (the dev VM's 2 cores are shared) stalled CS's products
+    (~16 ms a step on an idle machine) to 80-190 ms a step; here a late helper costs one block.
+    """
+    from funcgrad.backends.cpu import parallel as cpu_parallel
+    parts = cpu_parallel.bounds(m, min(cpu_parallel.CHUNKS, m // SPLIT_MIN_ROWS))
+
+    def run(a, b, out):
+        with one:
+            cpu_parallel.run_chunks([lambda lo=lo, hi=hi: np.matmul(a[lo:hi], b, out=out[lo:hi])
+                                     for lo, hi in parts])
     return run
