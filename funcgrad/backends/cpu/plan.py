@@ -27,10 +27,16 @@ import numpy as np
 from funcgrad.core import DeletedBuffer, FuncgradError, Lit
 from funcgrad import prims as P
 from funcgrad.prims import IndexOutOfRange
-from funcgrad.backends.cpu import memory as cpu_memory, parallel as cpu_parallel
+from funcgrad.backends.cpu import (
+    blas as cpu_blas,
+    memory as cpu_memory,
+    parallel as cpu_parallel,
+)
+from funcgrad.config import config
 from funcgrad.backends.cpu.steps import Step, build_steps, fold_constants, kernel_step
 
 _FILENAME = "<funcgrad cpu plan>"
+_adaptive = config.__dict__["_values"]   # read per call (funcgrad.config's values)
 
 
 def fuse_after() -> int | None:
@@ -71,6 +77,8 @@ class Program:
         self.memory = cpu_memory.plan(steps, expr.outs, keep)
         # kernels of its own and of the sub-programs its steps run (a loop's bodies)
         self.kernels = sum(s.kind == "kernel" or getattr(s.fn, "kernels", 0) for s in steps)
+        # whether it runs numpy's BLAS (products; loops with products hold it themselves)
+        self.products = any(s.eqn.prim is P.dot_general_p for s in steps)
         self._emit(expr, known, steps, keep)
 
     def _emit(self, expr, known, steps, keep):
@@ -266,7 +274,7 @@ class CpuPlan:
             bufs = mem.new_buffers()
         bufs_in = [a.buf for a in args]
         try:
-            with np.errstate(all="ignore"):
+            with np.errstate(all="ignore"), _blas_held(self.program):
                 if self._compiling:
                     outs = self._first_run(fn, bufs_in, bufs, own)
                 else:
@@ -314,6 +322,20 @@ class CpuPlan:
             self._use(self._program(fuse=False))
             fn, _, mem, _ = self._state
             return fn(bufs_in, mem.new_buffers())
+
+
+_NOTHING = contextlib.nullcontext()
+
+
+def _blas_held(prog):
+    """OpenBLAS held at one thread for a whole run of a program with products (which then
+    enter cpu_blas.one_thread() at the cost of a lock, not of three ctypes calls: a 1x64x192
+    product took 1.5 us alone and 3-7 us in its own hold, ~11 a D1 decode step). Large
+    products run in row blocks on one thread each (cpu_blas.split_rows), so none needs the
+    pool; not while cpu_blas_adaptive may choose it, nor with row blocks off."""
+    if not prog.products or _adaptive["cpu_blas_adaptive"] or not cpu_blas.split_rows():
+        return _NOTHING
+    return cpu_blas.one_thread() or _NOTHING
 
 
 def _refs(bufs, i) -> int:
