@@ -11,8 +11,10 @@ Kernels are compiled when a plan has run FUNCGRAD_CPU_FUSE_AFTER times (default 
 called once or twice never waits for numba; at once when it runs a scan of LONG_LOOP steps);
 until then, and for clusters that njit cannot take (complex), elementwise equations run as
 numpy calls. FUNCGRAD_CPU_FUSE=0 turns kernels off.
-Large products pick OpenBLAS's threads or one thread by measured time (cpu_blas); kernels
-run on one thread unless FUNCGRAD_CPU_SPLIT_WORK asks for chunks on two (cpu_parallel).
+Large products run in row blocks on one BLAS thread each, shared by the caller and a helper
+thread (cpu_blas; OpenBLAS is held at one thread for the whole run of a program with products);
+attention runs fused kernels whose jobs the two threads share too (cpu_attention); elementwise
+kernels run on one thread unless FUNCGRAD_CPU_SPLIT_WORK asks for chunks on two (cpu_parallel).
 """
 from __future__ import annotations
 
