@@ -1,14 +1,15 @@
 """Matrix products on the CPU: np.matmul into planned buffers, small ones on one BLAS thread,
-large ones in row blocks on one BLAS thread each, shared by the caller and cpu_parallel's helper
-(FUNCGRAD_CPU_BLAS_SPLIT=0: on OpenBLAS's threads; with funcgrad.config's "cpu_blas_adaptive",
-on its threads or on one, whichever has been faster lately).
+large ones on OpenBLAS's threads or in row blocks on one BLAS thread each, shared by the caller
+and cpu_parallel's helper, whichever ran faster lately where both give the same bits
+(FUNCGRAD_CPU_BLAS_SPLIT=0: the threads only; with funcgrad.config's "cpu_blas_adaptive", on
+its threads or on one, whichever has been faster lately).
 
 OpenBLAS splits every product above ~2^18 multiply-adds over all its threads. On a machine
 whose cores are shared, a small product then waits for a descheduled thread: a 128^3 product
 took 38 us with one core free and 5 ms when another process held it (development VM, 2 cores).
 Products under `serial_flops()` run on one thread (barely slower when the machine is idle);
-larger ones run as row blocks (`_rows_split`): one thread's bits, and a late helper costs one
-block where a late pool thread stalls the product. The way is fixed by the product's shape, so
+larger ones run on the pool or as row blocks (`_pool_or_rows`): a late helper costs one block
+where a late pool thread stalls the product. The way is fixed by the product's shape, so
 reruns of a program give the same bits: OpenBLAS's pool and one thread round differently
 (26,110 of the 32,768 elements of a 128x784x256 float32 product differ, by up to 6e-5), and
 choosing between them by measured times had made same-seed training runs end with different
@@ -211,7 +212,7 @@ def matmul_into(m: int, n: int, k: int, held: bool = False):
     values = config.__dict__["_values"]
     plain = run_pool
     if split_rows() and m >= 2 * SPLIT_MIN_ROWS:
-        plain = _rows_split(one, m)
+        plain = _pool_or_rows(one, m, run_pool)
 
     def run(a, b, out):
         if values["cpu_blas_adaptive"]:
@@ -219,6 +220,55 @@ def matmul_into(m: int, n: int, k: int, held: bool = False):
         else:
             plain(a, b, out)
     return run
+
+
+# (m, n, k, layouts, dtype) -> whether OpenBLAS's pool gives one thread's bits for it
+_SAME_BITS: dict = {}
+
+
+def _layout(a) -> str:
+    return "C" if a.flags.c_contiguous else "F" if a.flags.f_contiguous else "A"
+
+
+def _pool_or_rows(one, m, run_pool):
+    """f(a, b, out): the pool or row blocks (`_rows_split`), whichever ran faster lately
+    (Adaptive), where the two give the same bits; the pool alone where they do not.
+
+    On an idle machine the pool wins (C2's 256x512x512 in 0.73 against 0.92 ms in 4 row
+    blocks: one packing of b, not four); on a busy one it stalls (CS's products 16 -> 80-365
+    ms a step) where row blocks lose one block. Whether the pool rounds as one thread does
+    depends on how it splits the product (256x784x512 float32: along k, most elements differ;
+    CS's and C2's k = 128, 256, 512, 1024 products: by rows and columns, the same bits), so
+    each shape and layout is tried once on random operands: the choice never changes a bit.
+    """
+    split = _rows_split(one, m)
+    ways = {}
+
+    def run(a, b, out):
+        key = (a.shape, b.shape, _layout(a), _layout(b), a.dtype.str)
+        way = ways.get(key)
+        if way is None:
+            same = _SAME_BITS.get(key)
+            if same is None:
+                same = _SAME_BITS[key] = _pool_is_serial(a, b, run_pool, split)
+            way = ways[key] = Adaptive((run_pool, split)) if same else run_pool
+        way(a, b, out)
+    return run
+
+
+def _pool_is_serial(a, b, run_pool, split) -> bool:
+    """Whether the pool and row blocks give the same bits for operands shaped and laid out as
+    a and b (random ones: equal bits by chance would need every element to round alike)."""
+    rng = np.random.default_rng(0)
+
+    def like(x):
+        r = rng.standard_normal(x.shape).astype(x.dtype)
+        return np.asfortranarray(r) if _layout(x) == "F" else r
+    ra, rb = like(a), like(b)
+    one, two = (np.empty((a.shape[0], b.shape[1]), np.result_type(a, b)) for _ in range(2))
+    run_pool(ra, rb, one)
+    split(ra, rb, two)
+    return bool(np.array_equal(one, two))
 
 
 # a product split by rows gives each chunk at least this many

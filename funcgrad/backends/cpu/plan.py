@@ -11,8 +11,9 @@ Kernels are compiled when a plan has run FUNCGRAD_CPU_FUSE_AFTER times (default 
 called once or twice never waits for numba; at once when it runs a scan of LONG_LOOP steps);
 until then, and for clusters that njit cannot take (complex), elementwise equations run as
 numpy calls. FUNCGRAD_CPU_FUSE=0 turns kernels off.
-Large products run in row blocks on one BLAS thread each, shared by the caller and a helper
-thread (cpu_blas; OpenBLAS is held at one thread for the whole run of a program with products);
+Large products run on OpenBLAS's threads or in row blocks on one BLAS thread each, shared by
+the caller and a helper thread (cpu_blas; a program whose products are all small holds OpenBLAS
+at one thread for its whole run);
 attention runs fused kernels whose jobs the two threads share too (cpu_attention); elementwise
 kernels run on one thread unless FUNCGRAD_CPU_SPLIT_WORK asks for chunks on two (cpu_parallel).
 """
@@ -79,8 +80,9 @@ class Program:
         self.memory = cpu_memory.plan(steps, expr.outs, keep)
         # kernels of its own and of the sub-programs its steps run (a loop's bodies)
         self.kernels = sum(s.kind == "kernel" or getattr(s.fn, "kernels", 0) for s in steps)
-        # whether it runs numpy's BLAS (products; loops with products hold it themselves)
-        self.products = any(s.eqn.prim is P.dot_general_p for s in steps)
+        # whether its products are all small (one BLAS thread; loops hold it themselves)
+        dots = [s.eqn for s in steps if s.eqn.prim is P.dot_general_p]
+        self.products = bool(dots) and all(_flops(e) < cpu_blas.serial_flops() for e in dots)
         self._emit(expr, known, steps, keep)
 
     def _emit(self, expr, known, steps, keep):
@@ -326,16 +328,21 @@ class CpuPlan:
             return fn(bufs_in, mem.new_buffers())
 
 
+def _flops(e) -> int:
+    """2 m n k of a dot_general equation."""
+    (lc, _), _ = e.params["dimension_numbers"]
+    return 2 * e.out.aval.size * int(np.prod([e.inputs[0].aval.shape[i] for i in lc]))
+
+
 _NOTHING = contextlib.nullcontext()
 
 
 def _blas_held(prog):
-    """OpenBLAS held at one thread for a whole run of a program with products (which then
-    enter cpu_blas.one_thread() at the cost of a lock, not of three ctypes calls: a 1x64x192
-    product took 1.5 us alone and 3-7 us in its own hold, ~11 a D1 decode step). Large
-    products run in row blocks on one thread each (cpu_blas.split_rows), so none needs the
-    pool; not while cpu_blas_adaptive may choose it, nor with row blocks off."""
-    if not prog.products or _adaptive["cpu_blas_adaptive"] or not cpu_blas.split_rows():
+    """OpenBLAS held at one thread for a whole run of a program whose products are all small
+    (they then enter cpu_blas.one_thread() at the cost of a lock, not of three ctypes calls:
+    a 1x64x192 product took 1.5 us alone and 3-7 us in its own hold, ~11 a D1 decode step);
+    not while cpu_blas_adaptive may choose the pool."""
+    if not prog.products or _adaptive["cpu_blas_adaptive"]:
         return _NOTHING
     return cpu_blas.one_thread() or _NOTHING
 
