@@ -445,7 +445,7 @@ def test_large_products_give_the_same_bits_on_every_run(rng, monkeypatch):
     if blas.one_thread() is None or not blas.split_rows():
         pytest.skip("numpy's BLAS is not a loaded OpenBLAS, or one CPU")
     monkeypatch.setenv("FUNCGRAD_CPU_BLAS_SERIAL", "1")
-    for m, k, n in [(256, 784, 64), (256, 128, 96)]:
+    for m, k, n in [(1024, 784, 64), (1024, 128, 96)]:
         a = rng.standard_normal((m, k)).astype(np.float32)
         b = rng.standard_normal((k, n)).astype(np.float32)
         serial = np.empty((m, n), np.float32)

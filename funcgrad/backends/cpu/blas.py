@@ -211,7 +211,7 @@ def matmul_into(m: int, n: int, k: int, held: bool = False):
     adaptive = Adaptive((run_pool, run_serial))
     values = config.__dict__["_values"]
     plain = run_pool
-    if split_rows() and m >= 2 * SPLIT_MIN_ROWS:
+    if split_rows() and m >= 4 * SPLIT_MIN_ROWS:
         plain = _pool_or_rows(one, m, run_pool)
 
     def run(a, b, out):
@@ -271,8 +271,10 @@ def _pool_is_serial(a, b, run_pool, split) -> bool:
     return bool(np.array_equal(one, two))
 
 
-# a product split by rows gives each chunk at least this many
-SPLIT_MIN_ROWS = 32
+# row blocks of a product have at least this many rows, and products of fewer than four such
+# blocks stay on the pool: each block packs b again (C2's 256-784 row products ran 8-14%
+# slower in blocks on an idle VM; CS's 1,024-row ones were no slower)
+SPLIT_MIN_ROWS = 256
 
 
 def split_rows() -> bool:
