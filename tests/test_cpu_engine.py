@@ -435,3 +435,31 @@ def test_a_donated_call_that_raises_deletes_the_arguments_it_wrote(monkeypatch):
             jf(x, np.int32(7))
     with pytest.raises(RuntimeError, match="donated to a jitted call .* that raised"):
         np.asarray(x)
+
+
+def test_large_products_give_the_same_bits_on_every_run(rng, monkeypatch):
+    # row blocks over the caller and the helper give one thread's bits; the runner takes them
+    # or the pool, whichever ran faster, only where the pool's bits are the same (k = 784:
+    # they are not, so the pool alone; k = 128: they are)
+    from funcgrad.backends.cpu import blas
+    if blas.one_thread() is None or not blas.split_rows():
+        pytest.skip("numpy's BLAS is not a loaded OpenBLAS, or one CPU")
+    monkeypatch.setenv("FUNCGRAD_CPU_BLAS_SERIAL", "1")
+    for m, k, n in [(1024, 784, 64), (1024, 128, 96)]:
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((k, n)).astype(np.float32)
+        serial = np.empty((m, n), np.float32)
+        with blas.one_thread():
+            np.matmul(a, b, out=serial)
+        rows = np.full((m, n), np.nan, np.float32)
+        blas._rows_split(blas.one_thread(), m)(a, b, rows)
+        np.testing.assert_array_equal(rows, serial)
+        rows_t = np.full((m, n), np.nan, np.float32)
+        blas._rows_split(blas.one_thread(), m)(a.T.copy().T, b, rows_t)   # x^T row views
+        np.testing.assert_array_equal(rows_t, serial)
+        pool = a @ b
+        run = blas.matmul_into(m, n, k)
+        for _ in range(20):   # Adaptive tries both ways in its first calls
+            got = np.full((m, n), np.nan, np.float32)
+            run(a, b, got)
+            np.testing.assert_array_equal(got, pool)

@@ -174,3 +174,34 @@ def test_float16_clusters_fuse_bit_for_bit(rng):
     assert jf.lower(x).compile().fused
     for out in outs:
         np.testing.assert_array_equal(out, np.asarray(f(x)))
+
+
+@given(n=st.integers(0, 6), m=st.integers(0, 9), d=st.sampled_from([(), (1,), (3,), (2, 2)]),
+       dtype=st.sampled_from([np.float32, np.float64]), seed=st.integers(0, 2**16))
+def test_scatter_add_twin_is_add_at_bit_for_bit(n, m, d, dtype, seed):
+    # an embedding's gradient: duplicate and negative indices, rows added in index order
+    from funcgrad.backends.cpu import indexing
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((n, *d)) * 1e3).astype(dtype)
+    idx = rng.integers(-n, n, m).astype(np.int32) if n else np.zeros(0, np.int32)
+    upd = rng.standard_normal((m, *d)).astype(dtype)
+    got = indexing._scatter_add_rows(x, idx, upd)
+    np.testing.assert_array_equal(got, P.scatter_add_p.impl(x, idx, upd, axis=0))
+
+
+def test_scatter_add_twin_raises_the_impls_error():
+    from funcgrad.backends.cpu import indexing
+    with pytest.raises(P.IndexOutOfRange, match="index 5 is out of bounds for an axis of size 3"):
+        indexing._scatter_add_rows(np.zeros((3, 2)), np.array([1, 5, 7]), np.ones((3, 2)))
+
+
+def test_embedding_gradient_runs_the_twin_in_plans():
+    import funcgrad.numpy as fnp
+    from funcgrad.backends.cpu import indexing
+    w = np.random.default_rng(0).standard_normal((7, 4)).astype(np.float32)
+    idx = np.array([[1, 3, 1], [6, 0, 1]], np.int32)
+    f = jit(funcgrad.grad(lambda w: fnp.sum(fnp.take(w, idx, axis=0) ** 2)))
+    got = f(w)
+    assert any(s.fn is indexing._scatter_add_rows for s in f.lower(w).compile().program.steps)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(funcgrad.grad(
+        lambda w: fnp.sum(fnp.take(w, idx, axis=0) ** 2))(w)))

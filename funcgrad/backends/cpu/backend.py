@@ -12,6 +12,8 @@ from funcgrad.backends.base import Backend
 from funcgrad.core import FuncgradError, user_frame_src
 from funcgrad.prims import IndexOutOfRange
 from funcgrad.backends.cpu import loops as cpu_loops  # noqa: F401 (registers how plans run loops: compiled bodies)
+from funcgrad.backends.cpu import attention as cpu_attention  # noqa: F401 (registers its kernels)
+from funcgrad.backends.cpu import indexing as cpu_indexing  # noqa: F401 (registers its kernel)
 from funcgrad.backends.cpu.plan import CpuPlan
 
 

@@ -1,15 +1,19 @@
 """Matrix products on the CPU: np.matmul into planned buffers, small ones on one BLAS thread,
-large ones on OpenBLAS's threads (or, with funcgrad.config's "cpu_blas_adaptive", on its
-threads or on one, whichever has been faster lately).
+large ones on OpenBLAS's threads or in row blocks on one BLAS thread each, shared by the caller
+and cpu_parallel's helper, whichever ran faster lately where both give the same bits
+(FUNCGRAD_CPU_BLAS_SPLIT=0: the threads only; with funcgrad.config's "cpu_blas_adaptive", on
+its threads or on one, whichever has been faster lately).
 
 OpenBLAS splits every product above ~2^18 multiply-adds over all its threads. On a machine
 whose cores are shared, a small product then waits for a descheduled thread: a 128^3 product
 took 38 us with one core free and 5 ms when another process held it (development VM, 2 cores).
 Products under `serial_flops()` run on one thread (barely slower when the machine is idle);
-larger ones run on the pool. The way is fixed by the product's shape, so reruns of a program
-give the same bits: OpenBLAS's pool and one thread round differently (26,110 of the 32,768
-elements of a 128x784x256 float32 product differ, by up to 6e-5), and choosing between them
-by measured times had made same-seed training runs end with different parameters.
+larger ones run on the pool or as row blocks (`_pool_or_rows`): a late helper costs one block
+where a late pool thread stalls the product. The way is fixed by the product's shape, so
+reruns of a program give the same bits: OpenBLAS's pool and one thread round differently
+(26,110 of the 32,768 elements of a 128x784x256 float32 product differ, by up to 6e-5), and
+choosing between them by measured times had made same-seed training runs end with different
+parameters.
 `config.update("cpu_blas_adaptive", True)` opts into that choice (`Adaptive`): faster where
 the cores are shared and busy, not bit-reproducible. Where numpy's BLAS is not a loaded
 OpenBLAS, nothing changes.
@@ -38,17 +42,21 @@ def serial_flops() -> int:
     return int(os.environ.get("FUNCGRAD_CPU_BLAS_SERIAL", str(1 << 25)))
 
 
+def _openblas_paths() -> list:
+    """The loaded OpenBLAS libraries' paths, sorted (numpy.libs' before scipy.libs')."""
+    try:
+        with open("/proc/self/maps") as f:
+            return sorted({ln.split()[-1] for ln in f if "openblas" in ln.lower() and ".so" in ln})
+    except OSError:
+        return []
+
+
 def _openblas():
     """(set_num_threads, get_num_threads) of the OpenBLAS numpy loaded, or (None, None)."""
     global _set_threads, _get_threads
     if _set_threads is None:
         _set_threads = _get_threads = False
-        try:
-            with open("/proc/self/maps") as f:
-                paths = {ln.split()[-1] for ln in f if "openblas" in ln.lower() and ".so" in ln}
-        except OSError:
-            paths = set()
-        for p in sorted(paths):
+        for p in _openblas_paths():
             try:
                 lib = ctypes.CDLL(p)
             except OSError:
@@ -63,6 +71,29 @@ def _openblas():
             if _set_threads:
                 break
     return (_set_threads or None), (_get_threads or None)
+
+
+def other_blas_serial(marker: str) -> bool:
+    """Sets every loaded OpenBLAS whose path holds `marker` (SciPy's, which numba's np.dot
+    calls) to one thread. Two OpenBLAS pools on two cores spin against each other: with
+    SciPy's at its default, the numpy products of a CS step ran 16 -> 245 ms. Returns
+    whether one was set."""
+    done = False
+    for p in _openblas_paths():
+        if marker not in p:
+            continue
+        try:
+            lib = ctypes.CDLL(p)
+        except OSError:
+            continue
+        for s in _SYMBOLS:
+            if hasattr(lib, s):
+                fn = getattr(lib, s)
+                fn.argtypes, fn.restype = [ctypes.c_int], None
+                fn(1)
+                done = True
+                break
+    return done
 
 
 class _OneThread:
@@ -179,10 +210,94 @@ def matmul_into(m: int, n: int, k: int, held: bool = False):
         np.matmul(a, b, out=out)
     adaptive = Adaptive((run_pool, run_serial))
     values = config.__dict__["_values"]
+    plain = run_pool
+    if split_rows() and m >= 4 * SPLIT_MIN_ROWS:
+        plain = _pool_or_rows(one, m, run_pool)
 
     def run(a, b, out):
         if values["cpu_blas_adaptive"]:
             adaptive(a, b, out)
         else:
-            np.matmul(a, b, out=out)
+            plain(a, b, out)
+    return run
+
+
+# (m, n, k, layouts, dtype) -> whether OpenBLAS's pool gives one thread's bits for it
+_SAME_BITS: dict = {}
+
+
+def _layout(a) -> str:
+    return "C" if a.flags.c_contiguous else "F" if a.flags.f_contiguous else "A"
+
+
+def _pool_or_rows(one, m, run_pool):
+    """f(a, b, out): the pool or row blocks (`_rows_split`), whichever ran faster lately
+    (Adaptive), where the two give the same bits; the pool alone where they do not.
+
+    On an idle machine the pool wins (C2's 256x512x512 in 0.73 against 0.92 ms in 4 row
+    blocks: one packing of b, not four); on a busy one it stalls (CS's products 16 -> 80-365
+    ms a step) where row blocks lose one block. Whether the pool rounds as one thread does
+    depends on how it splits the product (256x784x512 float32: along k, most elements differ;
+    CS's and C2's k = 128, 256, 512, 1024 products: by rows and columns, the same bits), so
+    each shape and layout is tried once on random operands: the choice never changes a bit.
+    """
+    split = _rows_split(one, m)
+    ways = {}
+
+    def run(a, b, out):
+        key = (a.shape, b.shape, _layout(a), _layout(b), a.dtype.str)
+        way = ways.get(key)
+        if way is None:
+            same = _SAME_BITS.get(key)
+            if same is None:
+                same = _SAME_BITS[key] = _pool_is_serial(a, b, run_pool, split)
+            way = ways[key] = Adaptive((run_pool, split)) if same else run_pool
+        way(a, b, out)
+    return run
+
+
+def _pool_is_serial(a, b, run_pool, split) -> bool:
+    """Whether the pool and row blocks give the same bits for operands shaped and laid out as
+    a and b (random ones: equal bits by chance would need every element to round alike)."""
+    rng = np.random.default_rng(0)
+
+    def like(x):
+        r = rng.standard_normal(x.shape).astype(x.dtype)
+        return np.asfortranarray(r) if _layout(x) == "F" else r
+    ra, rb = like(a), like(b)
+    one, two = (np.empty((a.shape[0], b.shape[1]), np.result_type(a, b)) for _ in range(2))
+    run_pool(ra, rb, one)
+    split(ra, rb, two)
+    return bool(np.array_equal(one, two))
+
+
+# row blocks of a product have at least this many rows, and products of fewer than four such
+# blocks stay on the pool: each block packs b again (C2's 256-784 row products ran 8-14%
+# slower in blocks on an idle VM; CS's 1,024-row ones were no slower)
+SPLIT_MIN_ROWS = 256
+
+
+def split_rows() -> bool:
+    """Whether large products run as row blocks on one BLAS thread each, shared by the caller
+    and cpu_parallel's helper (FUNCGRAD_CPU_BLAS_SPLIT, default on; 0: OpenBLAS's pool)."""
+    return os.environ.get("FUNCGRAD_CPU_BLAS_SPLIT", "1") != "0" and os.cpu_count() != 1
+
+
+def _rows_split(one, m):
+    """f(a, b, out): rows of a (m, k) by (k, n) product in blocks, each one a one-thread
+    np.matmul, taken by the caller and the helper thread from a shared counter.
+
+    Each row's arithmetic is the one-thread product's whichever thread and block computes it,
+    so results are one thread's bits on every run (OpenBLAS's pool splits some products along
+    k: 256x784x512 float32 differs from one thread in most elements). The pool waits for all
+    its threads; a descheduled one (the dev VM's 2 cores are shared) stalled CS's products
+    (~16 ms a step on an idle machine) to 80-190 ms a step; here a late helper costs one block.
+    """
+    from funcgrad.backends.cpu import parallel as cpu_parallel
+    parts = cpu_parallel.bounds(m, min(cpu_parallel.CHUNKS, m // SPLIT_MIN_ROWS))
+
+    def run(a, b, out):
+        with one:
+            cpu_parallel.run_chunks([lambda lo=lo, hi=hi: np.matmul(a[lo:hi], b, out=out[lo:hi])
+                                     for lo, hi in parts])
     return run

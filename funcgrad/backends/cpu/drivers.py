@@ -334,7 +334,12 @@ class Driver:
         self.params, self.sites, self.globals = src.params, src.sites, src.globals
         # every return is (site, bad index, *carry): site -1 when the loop ran to its end
         lines = lines + [f"    return (-1, 0, {''.join(c + ', ' for c in self._carries)})"]
-        self.source = src.module(head, lines)
+        # the modules of the njit functions it calls, named in its source: numba's disk cache
+        # of the driver records them by name, so a driver calling another version of them
+        # (their source changed: another digest) must be another file
+        deps = sorted({getattr(g, "py_func", g).__module__ for g in self.globals.values()
+                       if callable(g)})
+        self.source = "".join(f"# calls {d}\n" for d in deps) + src.module(head, lines)
         self._fn = None
         self.runs = 0
 

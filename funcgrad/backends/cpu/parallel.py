@@ -6,8 +6,9 @@ Fork-join pools that split work over every core (OpenBLAS's, OpenMP's) wait for 
 machine whose cores are shared, a part whose thread is descheduled stalls the whole call for a
 scheduler tick or more: a 205-MFLOP product took 1.2 ms on two idle cores and ~90 ms with another
 process on one of them (development VM). Here the worst case is the serial time plus one chunk
-and a wake-up (~10-30 us). Used for large fused kernels (which run without the GIL) when
-FUNCGRAD_CPU_SPLIT_WORK asks for it.
+and a wake-up (~10-30 us). Used for the row blocks of large products (cpu_blas), the jobs of
+the fused attention kernels (cpu_attention), and large fused kernels (which run without the
+GIL) when FUNCGRAD_CPU_SPLIT_WORK asks for it.
 """
 from __future__ import annotations
 

@@ -11,8 +11,11 @@ Kernels are compiled when a plan has run FUNCGRAD_CPU_FUSE_AFTER times (default 
 called once or twice never waits for numba; at once when it runs a scan of LONG_LOOP steps);
 until then, and for clusters that njit cannot take (complex), elementwise equations run as
 numpy calls. FUNCGRAD_CPU_FUSE=0 turns kernels off.
-Large products pick OpenBLAS's threads or one thread by measured time (cpu_blas); kernels
-run on one thread unless FUNCGRAD_CPU_SPLIT_WORK asks for chunks on two (cpu_parallel).
+Large products run on OpenBLAS's threads or in row blocks on one BLAS thread each, shared by
+the caller and a helper thread (cpu_blas; a program whose products are all small holds OpenBLAS
+at one thread for its whole run);
+attention runs fused kernels whose jobs the two threads share too (cpu_attention); elementwise
+kernels run on one thread unless FUNCGRAD_CPU_SPLIT_WORK asks for chunks on two (cpu_parallel).
 """
 from __future__ import annotations
 
@@ -27,10 +30,16 @@ import numpy as np
 from funcgrad.core import DeletedBuffer, FuncgradError, Lit
 from funcgrad import prims as P
 from funcgrad.prims import IndexOutOfRange
-from funcgrad.backends.cpu import memory as cpu_memory, parallel as cpu_parallel
+from funcgrad.backends.cpu import (
+    blas as cpu_blas,
+    memory as cpu_memory,
+    parallel as cpu_parallel,
+)
+from funcgrad.config import config
 from funcgrad.backends.cpu.steps import Step, build_steps, fold_constants, kernel_step
 
 _FILENAME = "<funcgrad cpu plan>"
+_adaptive = config.__dict__["_values"]   # read per call (funcgrad.config's values)
 
 
 def fuse_after() -> int | None:
@@ -71,6 +80,9 @@ class Program:
         self.memory = cpu_memory.plan(steps, expr.outs, keep)
         # kernels of its own and of the sub-programs its steps run (a loop's bodies)
         self.kernels = sum(s.kind == "kernel" or getattr(s.fn, "kernels", 0) for s in steps)
+        # whether its products are all small (one BLAS thread; loops hold it themselves)
+        dots = [s.eqn for s in steps if s.eqn.prim is P.dot_general_p]
+        self.products = bool(dots) and all(_flops(e) < cpu_blas.serial_flops() for e in dots)
         self._emit(expr, known, steps, keep)
 
     def _emit(self, expr, known, steps, keep):
@@ -266,7 +278,7 @@ class CpuPlan:
             bufs = mem.new_buffers()
         bufs_in = [a.buf for a in args]
         try:
-            with np.errstate(all="ignore"):
+            with np.errstate(all="ignore"), _blas_held(self.program):
                 if self._compiling:
                     outs = self._first_run(fn, bufs_in, bufs, own)
                 else:
@@ -314,6 +326,25 @@ class CpuPlan:
             self._use(self._program(fuse=False))
             fn, _, mem, _ = self._state
             return fn(bufs_in, mem.new_buffers())
+
+
+def _flops(e) -> int:
+    """2 m n k of a dot_general equation."""
+    (lc, _), _ = e.params["dimension_numbers"]
+    return 2 * e.out.aval.size * int(np.prod([e.inputs[0].aval.shape[i] for i in lc]))
+
+
+_NOTHING = contextlib.nullcontext()
+
+
+def _blas_held(prog):
+    """OpenBLAS held at one thread for a whole run of a program whose products are all small
+    (they then enter cpu_blas.one_thread() at the cost of a lock, not of three ctypes calls:
+    a 1x64x192 product took 1.5 us alone and 3-7 us in its own hold, ~11 a D1 decode step);
+    not while cpu_blas_adaptive may choose the pool."""
+    if not prog.products or _adaptive["cpu_blas_adaptive"]:
+        return _NOTHING
+    return cpu_blas.one_thread() or _NOTHING
 
 
 def _refs(bufs, i) -> int:

@@ -13,6 +13,7 @@ import warnings
 import numpy as np
 
 from funcgrad import prims as P
+from funcgrad.prims import rows as PR, rows_bwd as PB
 from funcgrad.backends.cpu import kernels as cpu_kernels
 
 ROWS = """
@@ -88,6 +89,71 @@ def xent_finish(logtot, s, labels, out):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
+def row_mean(a, r, n):
+    # np.mean of row r: the pairwise sum, divided by the count in float64 (numpy's true_divide
+    # of the float32 sum by an intp count), rounded back
+    return {ft}(float64({ft}(0) + pw(a, r, 0, n)) / n)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def norm_fwd(x, scale, bias, eps, center, out):
+    # layer_norm (center) / rms_norm of the rows of x, as the numpy impls round each step
+    rows, n = x.shape
+    t = np.empty((1, n), x.dtype)
+    e = {ft}(eps)
+    for r in range(rows):
+        m = row_mean(x, r, n) if center else {ft}(0)
+        for j in range(n):
+            c = x[r, j] - m if center else x[r, j]
+            t[0, j] = c * c
+        rstd = {ft}(1) / np.sqrt(row_mean(t, 0, n) + e)
+        for j in range(n):
+            c = x[r, j] - m if center else x[r, j]
+            if center:
+                out[r, j] = c * rstd * scale[j] + bias[j]
+            else:
+                out[r, j] = c * rstd * scale[j]
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def norm_bwd(x, scale, ct, eps, center, out):
+    # layer_norm_bwd / rms_norm_bwd's packed [dx rows; dscale; (dbias)], the column sums
+    # adding rows in order (numpy's order for a sum over axis 0)
+    rows, n = x.shape
+    t = np.empty((1, n), x.dtype)
+    xh = np.empty((1, n), x.dtype)
+    gs = np.empty((1, n), x.dtype)
+    e = {ft}(eps)
+    for r in range(rows):
+        m = row_mean(x, r, n) if center else {ft}(0)
+        for j in range(n):
+            c = x[r, j] - m if center else x[r, j]
+            t[0, j] = c * c
+        rstd = {ft}(1) / np.sqrt(row_mean(t, 0, n) + e)
+        for j in range(n):
+            c = x[r, j] - m if center else x[r, j]
+            xh[0, j] = c * rstd
+            gs[0, j] = ct[r, j] * scale[j]
+            t[0, j] = gs[0, j] * xh[0, j]
+        m2 = row_mean(t, 0, n)
+        mg = row_mean(gs, 0, n) if center else {ft}(0)
+        for j in range(n):
+            if center:
+                out[r, j] = rstd * ((gs[0, j] - mg) - xh[0, j] * m2)
+            else:
+                out[r, j] = rstd * (gs[0, j] - xh[0, j] * m2)
+            gx = ct[r, j] * xh[0, j]
+            if r == 0:
+                out[rows, j] = gx
+                if center:
+                    out[rows + 1, j] = ct[r, j]
+            else:
+                out[rows, j] = out[rows, j] + gx
+                if center:
+                    out[rows + 1, j] = out[rows + 1, j] + ct[r, j]
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
 def xent_grad(e, labels, ct, out):
     rows, n = e.shape
     for r in range(rows):
@@ -142,6 +208,33 @@ def rows_ok(aval) -> bool:
 def row_sums_kernel(dtype):
     """njit row_sums(e, tot): tot[r] = np.sum(e[r]) bit for bit (numpy's pairwise order)."""
     return _mod(dtype).row_sums
+
+
+def norm_into(x_aval, center, backward, eps):
+    """f(x, scale, [bias | ct], out) equal to the numpy impl of layer_norm (center) or rms_norm,
+    or of their backward (the packed [dx rows; dscale; (dbias)]), bit for bit; None where the
+    kernels do not apply. An x that is not C-contiguous (numpy may sum its rows in another
+    order) takes the numpy impl, run into `out`."""
+    n = x_aval.shape[-1] if x_aval.ndim else 0
+    if not _rows_ok(x_aval) or backward and n < 2:   # a column of one: numpy sums it pairwise
+        return None
+    m = _mod(x_aval.dtype)
+    rows = math.prod(x_aval.shape[:-1])
+    kernel = m.norm_bwd if backward else m.norm_fwd
+    if backward:
+        prim = PB.layer_norm_bwd_p if center else PB.rms_norm_bwd_p
+    else:
+        prim = PR.layer_norm_p if center else PR.rms_norm_p
+
+    def into(x, scale, *rest):
+        out = rest[-1]
+        if not (x.flags.c_contiguous and all(a.flags.c_contiguous for a in rest[:-1])):
+            out[...] = prim.impl(x, scale, *rest[:-1], eps=eps)
+            return
+        other = rest[0] if len(rest) == 2 else scale
+        kernel(x.reshape(rows, n), scale, other.reshape(rows, n) if backward else other, eps,
+               center, out.reshape(out.shape[0], n) if backward else out.reshape(rows, n))
+    return into
 
 
 def xent_into(x_aval):

@@ -2,7 +2,8 @@
 
 A fusible cluster is a numba njit kernel (cpu_kernels); a matrix product is the BLAS runner
 called into its buffer (cpu_blas), a transposed one computed already transposed; sums over
-leading axes and softmax cross-entropy have njit twins of their numpy impls, bit for bit; a
+leading axes, softmax cross-entropy and the norms (forward and backward) have njit twins of
+their numpy impls, bit for bit; attention has fused kernels (cpu_attention); a
 loop primitive runs its bodies as programs (STEP_BUILDERS, filled by cpu_loops); anything else
 is its numpy impl. Every step knows its equation, so errors point at the user's line.
 """
@@ -27,7 +28,15 @@ from funcgrad.backends.cpu import (
 from funcgrad.core.dtypes import compute_dtype, dtype_kind, is_half
 
 # primitives with an njit twin of their numpy impl (bit for bit), used by fused programs
-ROW_TWINS = {"softmax_xent": cpu_rows.xent_into, "softmax_xent_bwd": cpu_rows.xent_bwd_into}
+# (builder(x aval, params) -> f(*operands, out) or None)
+ROW_TWINS = {
+    "softmax_xent": lambda a, prm: cpu_rows.xent_into(a),
+    "softmax_xent_bwd": lambda a, prm: cpu_rows.xent_bwd_into(a),
+    "layer_norm": lambda a, prm: cpu_rows.norm_into(a, True, False, prm["eps"]),
+    "layer_norm_bwd": lambda a, prm: cpu_rows.norm_into(a, True, True, prm["eps"]),
+    "rms_norm": lambda a, prm: cpu_rows.norm_into(a, False, False, prm["eps"]),
+    "rms_norm_bwd": lambda a, prm: cpu_rows.norm_into(a, False, True, prm["eps"]),
+}
 # primitive -> builder(eqn, fuse) -> fn(*operands): how the plan runs that primitive's equations
 # instead of its numpy impl (fn.kernels, if set, counts the kernels fn runs); the loop
 # primitives register here (cpu_loops: bodies as compiled programs)
@@ -128,7 +137,7 @@ def build_steps(expr, fuse, blas_held=False):
             steps.append(Step("alias", e, [e.out], [e.inputs[0]], None))
             continue
         if fuse and e.prim.name in ROW_TWINS:
-            into = ROW_TWINS[e.prim.name](e.inputs[0].aval)
+            into = ROW_TWINS[e.prim.name](e.inputs[0].aval, e.params)
             if into is not None:
                 steps.append(Step("into", e, [e.out], list(e.inputs), into))
                 continue
@@ -295,10 +304,11 @@ def _into_step(e, ins, into):
 
 
 def _dot_into(xa, ya, dimension_numbers, out_aval, blas_held=False):
-    """f(x, y, out): np.matmul of the operands as matrices into a 2-D `out`, or None when the
-    product is not one matmul of views (the numpy impl takes it then)."""
+    """f(x, y, out): np.matmul of the operands as matrices into `out` (as its (m, n) matrix: a
+    [B, T, D] activation times a weight too), or None when the product is not one matmul of
+    views (the numpy impl takes it then)."""
     (lc, rc), (lb, _) = dimension_numbers
-    if (lb or len(out_aval.shape) != 2 or not out_aval.size or xa.dtype != out_aval.dtype
+    if (lb or not out_aval.ndim or not out_aval.size or xa.dtype != out_aval.dtype
             or ya.dtype != out_aval.dtype or dtype_kind(out_aval.dtype) not in "fiu"
             or is_half(out_aval.dtype)):   # 16-bit floats: the impl's float32 product
         return None
