@@ -96,17 +96,24 @@ def row_mean(a, r, n):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
+def row_stats(x, r, n, t, e, center):
+    # (mean, 1 / sqrt(mean of squares + eps)) of row r, as the numpy impls round each step
+    # (mean 0 for rms_norm); t is a [1, n] scratch row
+    m = row_mean(x, r, n) if center else {ft}(0)
+    for j in range(n):
+        c = x[r, j] - m if center else x[r, j]
+        t[0, j] = c * c
+    return m, {ft}(1) / np.sqrt(row_mean(t, 0, n) + e)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
 def norm_fwd(x, scale, bias, eps, center, out):
     # layer_norm (center) / rms_norm of the rows of x, as the numpy impls round each step
     rows, n = x.shape
     t = np.empty((1, n), x.dtype)
     e = {ft}(eps)
     for r in range(rows):
-        m = row_mean(x, r, n) if center else {ft}(0)
-        for j in range(n):
-            c = x[r, j] - m if center else x[r, j]
-            t[0, j] = c * c
-        rstd = {ft}(1) / np.sqrt(row_mean(t, 0, n) + e)
+        m, rstd = row_stats(x, r, n, t, e, center)
         for j in range(n):
             c = x[r, j] - m if center else x[r, j]
             if center:
@@ -125,11 +132,7 @@ def norm_bwd(x, scale, ct, eps, center, out):
     gs = np.empty((1, n), x.dtype)
     e = {ft}(eps)
     for r in range(rows):
-        m = row_mean(x, r, n) if center else {ft}(0)
-        for j in range(n):
-            c = x[r, j] - m if center else x[r, j]
-            t[0, j] = c * c
-        rstd = {ft}(1) / np.sqrt(row_mean(t, 0, n) + e)
+        m, rstd = row_stats(x, r, n, t, e, center)
         for j in range(n):
             c = x[r, j] - m if center else x[r, j]
             xh[0, j] = c * rstd
