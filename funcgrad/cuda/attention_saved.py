@@ -24,13 +24,16 @@ F32, U16 = np.dtype(np.float32), np.dtype(np.uint16)
 
 
 def _saved_views(fl, q, v):
-    """(o [B, T, N, Hv] C-contiguous, lse [B, N, T] float32 or None when the tail starts at an
-    odd element) views of attention_fwdl's flat 16-bit result."""
+    """(o [B, T, N, Hv] C-contiguous, lse [B, N, T]) views of attention_fwdl's flat result:
+    the lse in fl's dtype, or for 16-bit a float32 view of its bit pairs (None when the tail
+    starts at an odd element)."""
     b, t, n, _ = q.shape
     hv = v.shape[3]
     n_o = b * t * n * hv
     o = AT._c_view(fl, (b, t, n, hv), fl.offset)
     at = fl.offset + n_o
+    if not is_half(fl.dtype):
+        return o, fl.view((b, n, t), (n * t, t, 1), at)
     lse = None if at % 2 else DeviceBuffer(fl.block, (b, n, t), (n * t, t, 1), at // 2, F32)
     return o, lse
 
@@ -76,7 +79,7 @@ def _st_shape(q):
 def bwdl(q, k, v, do, fl, scale, causal, aval, precision=None, packed=False):
     """attention_bwdl: attention_bwd's flat result from attention_fwdl's o and lse."""
     if not is_half(q.dtype):
-        o, lse = _f32_views(fl, q, v)
+        o, lse = _saved_views(fl, q, v)
         st = AT.delta(o, do, lse, _Aval(_st_shape(q), q.dtype))
         return AT.bwd(q, k, v, do, st, scale, causal, aval, precision, packed)
     o, lse = _saved_views(fl, q, v)
@@ -87,13 +90,6 @@ def bwdl(q, k, v, do, fl, scale, causal, aval, precision=None, packed=False):
             return out
     st = AT.stats(q, k, o, do, scale, causal, _Aval(_st_shape(q), F32))
     return AT.bwd(q, k, v, do, st, scale, causal, aval, precision, packed)
-
-
-def _f32_views(fl, q, v):
-    b, t, n, _ = q.shape
-    n_o = b * t * n * v.shape[3]
-    o = AT._c_view(fl, (b, t, n, v.shape[3]), fl.offset)
-    return o, fl.view((b, n, t), (n * t, t, 1), fl.offset + n_o)
 
 
 def _lowerings():
