@@ -63,6 +63,10 @@ def say_uncaptured(why: str) -> None:
 # add the seconds per step kind to PROFILE; profile_report() prints the largest.
 PROFILE = {} if os.environ.get("FUNCGRAD_PROFILE") else None
 switches.register(__name__, "PROFILE")   # a change keys jit's shared cache apart
+# STEP_RANGES: None, or a function of a step's profile key returning a context manager that
+# each step's launches run inside (no synchronizes, no graph), e.g. torch.profiler's
+# record_function, so that a CUPTI profile puts each kernel's device time under its step's name
+STEP_RANGES = None
 
 
 def profile_report(top: int = 25) -> str:
@@ -107,7 +111,7 @@ class Plan:
         self.lits = {}
         self.calls = 0
         self.layout = None          # memplan.Layout once recorded
-        self.static_ok = PROFILE is None and not any(
+        self.static_ok = PROFILE is None and STEP_RANGES is None and not any(
             kind == "eqn" and s.prim.call_impl is not None for kind, s in self.steps)
         self.static_error = None
         self.graphs = None          # graphs.GraphSet on a real GPU
@@ -415,6 +419,9 @@ class Plan:
             if prof is not None:
                 runtime.load().synchronize()
                 t0 = time.perf_counter()
+            rng = STEP_RANGES(_step_key(kind, s)) if STEP_RANGES is not None else None
+            if rng is not None:
+                rng.__enter__()
             runtime._step = i
             if tr is not None:
                 tr.begin()
@@ -439,14 +446,11 @@ class Plan:
             if tr is not None:
                 tr.end([read(x) for x in _reads(kind, s)],
                        [env[s.out]] if kind == "eqn" else [env[o] for o in s.outputs])
+            if rng is not None:
+                rng.__exit__(None, None, None)
             if prof is not None:
                 runtime.load().synchronize()
-                name = (s.prim.name if kind == "eqn" else s.describe()[:60]
-                        if kind in ("gemm", "rows") else
-                        "fused[" + "+".join(e.prim.name for e in s.eqns)[:70] + "]")
-                out = (s.out.aval if kind == "eqn" else s.outputs[0].aval
-                       if kind in ("gemm", "rows") else None)
-                key = f"{name} {out.str_short() if out is not None else list(s.shape)}"
+                key = _step_key(kind, s)
                 prof[key] = prof.get(key, 0.0) + time.perf_counter() - t0
             for v in self.free_after[i]:
                 if v not in expr.in_binders:
@@ -500,6 +504,16 @@ class _Progress:
             import sys
             sys.stderr.write(f"\rfuncgrad: compiled {self.total} steps in "
                              f"{time.perf_counter() - self.t0:.1f} s\n")
+
+
+def _step_key(kind, s) -> str:
+    """A step's name in profiles: the primitive, the gemm/rows step's description or the fused
+    cluster's operations, with the first result's type (a cluster: its shape)."""
+    name = (s.prim.name if kind == "eqn" else s.describe()[:60] if kind in ("gemm", "rows")
+            else "fused[" + "+".join(e.prim.name for e in s.eqns)[:150] + "]")
+    out = (s.out.aval if kind == "eqn" else s.outputs[0].aval if kind in ("gemm", "rows")
+           else None)
+    return f"{name} {out.str_short() if out is not None else list(s.shape)}"
 
 
 def _reads_flat(c, x) -> bool:
